@@ -1,0 +1,3 @@
+from .base import Executor, ExecutorError
+
+__all__ = ["Executor", "ExecutorError"]

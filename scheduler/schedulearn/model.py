@@ -1,0 +1,266 @@
+"""The serialisable core model: what a job asks for, what it is, what it runs on.
+
+`JobSpec` is validated with pydantic (it arrives from users); `Job`, `Node` and `Gpu` are plain
+slotted dataclasses because the engine touches them millions of times in a simulation.
+Everything here converts to and from plain JSON-able dicts: it is also the wire format.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+#: An allocation: node name -> GPU indices on that node.
+Allocation = dict[str, tuple[int, ...]]
+
+
+class SpecError(ValueError):
+    """A job specification (or other user input) is invalid; the message is one line."""
+
+
+class Launcher(str, enum.Enum):
+    python = "python"
+    torchrun = "torchrun"
+    horovod = "horovod"
+
+
+class JobState(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = {JobState.succeeded, JobState.failed, JobState.cancelled}
+LAUNCHERS = tuple(m.value for m in Launcher)
+
+
+class JobSpec(BaseModel):
+    """What a user asks for. Exactly one of `command` (argv) or `script` (Python source), unless
+    the spec describes a simulated job (`duration` or `application`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("job", min_length=1, max_length=200)
+    command: list[str] | None = None
+    script: str | None = None
+    gpus: int | Literal["auto"] = 1
+    min_gpus: int | None = Field(None, ge=1)
+    max_gpus: int | None = Field(None, ge=1)
+    launcher: Launcher = Launcher.python
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: int = 0
+    user: str = ""
+    workdir: str | None = None
+    # Simulation-only fields: a rigid job's run time, or an elastic application model's inputs.
+    duration: float | None = Field(None, gt=0)
+    application: str | None = None
+    batch_size: int | None = Field(None, ge=1)
+    adaptive_batch: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSpec:
+        if isinstance(self.gpus, int) and self.gpus < 1:
+            raise ValueError("gpus: expected an integer >= 1 or 'auto'")
+        if self.command is not None and self.script is not None:
+            raise ValueError("command: give either command or script, not both")
+        simulated = self.duration is not None or self.application is not None
+        if self.command is None and self.script is None and not simulated:
+            raise ValueError("command: give a command (argv list) or a script (Python source)")
+        if self.command is not None and not self.command:
+            raise ValueError("command: expected a non-empty argv list")
+        lo, hi = self.min_gpus, self.max_gpus
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_gpus: must be <= max_gpus ({hi}), got {lo}")
+        if isinstance(self.gpus, int):
+            if lo is not None and lo > self.gpus:
+                raise ValueError(f"min_gpus: must be <= gpus ({self.gpus}), got {lo}")
+            if hi is not None and hi < self.gpus:
+                raise ValueError(f"max_gpus: must be >= gpus ({self.gpus}), got {hi}")
+        return self
+
+    # -- sizes the engine works with -------------------------------------------------------
+    @property
+    def min_size(self) -> int:
+        if self.min_gpus is not None:
+            return self.min_gpus
+        return 1 if self.gpus == "auto" else int(self.gpus)
+
+    def max_size(self, cluster_gpus: int) -> int:
+        if self.max_gpus is not None:
+            return min(self.max_gpus, cluster_gpus)
+        return cluster_gpus if self.gpus == "auto" else int(self.gpus)
+
+    @property
+    def requested(self) -> int:
+        """The size a rigid policy gives the job: its GPU count, or its minimum for 'auto'."""
+        return self.min_size if self.gpus == "auto" else int(self.gpus)
+
+    @property
+    def elastic(self) -> bool:
+        return self.gpus == "auto" or (self.max_gpus or 0) > self.min_size
+
+    @classmethod
+    def parse(cls, data: Any) -> JobSpec:
+        """Validate user input; raise `SpecError` with one line naming the field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise SpecError(one_line_error(e)) from None
+
+
+_LOC_HINTS = {
+    "gpus": "expected an integer >= 1 or 'auto'",
+    "launcher": "expected one of " + ", ".join(LAUNCHERS),
+}
+
+
+def one_line_error(e: ValidationError) -> str:
+    """Turn a pydantic error into `field: what is allowed, got X` (first error only)."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int)) or None
+    msg = err["msg"].removeprefix("Value error, ")
+    if loc is None:  # raised by the model validator: the message already names the field
+        return msg
+    head = loc.split(".")[0]
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown field; allowed: {', '.join(JobSpec.model_fields)}"
+    allowed = _LOC_HINTS.get(head, msg[0].lower() + msg[1:])
+    got = err.get("input")
+    return f"{head}: {allowed}, got {got!r}" if head in _LOC_HINTS else f"{loc}: {allowed}"
+
+
+@dataclass(slots=True)
+class Gpu:
+    index: int
+    uuid: str = ""
+    name: str = "virtual GPU"
+    memory_total_mb: int = 0
+    memory_used_mb: int = 0
+    utilization: float = 0.0
+    virtual: bool = True
+    mig_parent: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "memory_total_mb": self.memory_total_mb,
+            "memory_used_mb": self.memory_used_mb,
+            "utilization": self.utilization,
+            "virtual": self.virtual,
+            "mig_parent": self.mig_parent,
+        }
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    gpus: list[Gpu]
+    virtual: bool = True
+    address: str | None = None  # how executors reach it (a Docker URL, a hostname)
+    healthy: bool = True
+
+    @classmethod
+    def virtual_node(cls, name: str, count: int) -> Node:
+        gpus = [Gpu(index=i, uuid=f"virtual-{name}-{i}") for i in range(count)]
+        return cls(name=name, gpus=gpus, virtual=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "virtual": self.virtual,
+            "address": self.address,
+            "healthy": self.healthy,
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+
+def virtual_cluster(hosts: int, gpus_per_host: int, prefix: str = "node") -> list[Node]:
+    """`hosts` virtual nodes of `gpus_per_host` GPUs each (names node0, node1, ...)."""
+    return [Node.virtual_node(f"{prefix}{i}", gpus_per_host) for i in range(hosts)]
+
+
+def parse_cluster(text: str) -> list[Node]:
+    """Parse `HxG` (H hosts with G GPUs each) into virtual nodes."""
+    try:
+        h, g = (int(x) for x in text.lower().split("x"))
+        if h < 1 or g < 1:
+            raise ValueError
+    except ValueError:
+        raise SpecError(f"cluster: expected HxG with H hosts and G GPUs each (e.g. 4x8), got {text!r}")
+    return virtual_cluster(h, g)
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A job the scheduler knows. Times are seconds (wall clock live, virtual in simulation)."""
+
+    id: int
+    spec: JobSpec
+    submit_time: float
+    state: JobState = JobState.queued
+    alloc: Allocation = field(default_factory=dict)
+    start_time: float | None = None  # first start
+    end_time: float | None = None
+    # Service accounting, updated lazily: GPU-seconds attained before `since`, plus the current
+    # allocation's size times the time since.
+    attained_base: float = 0.0
+    run_base: float = 0.0
+    since: float = 0.0
+    restarts: int = 0  # preemptions + resizes (each a checkpoint-restart)
+    exit_code: int | None = None
+    reason: str = ""
+    batch_size: int | None = None  # current global batch size (elastic simulation)
+    stopping: str | None = None  # 'preempt' | 'cancel' while the executor stops it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.alloc.values())
+
+    def attained(self, now: float) -> float:
+        """GPU-seconds of service received up to `now`."""
+        return self.attained_base + self.size * (now - self.since)
+
+    def run_time(self, now: float) -> float:
+        return self.run_base + ((now - self.since) if self.alloc else 0.0)
+
+    def set_alloc(self, alloc: Allocation, now: float) -> None:
+        """Change the allocation, closing the service accounting of the old one at `now`."""
+        self.attained_base = self.attained(now)
+        self.run_base = self.run_time(now)
+        self.since = now
+        self.alloc = alloc
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        t = self.end_time if self.end_time is not None else now
+        d = {
+            "id": self.id,
+            "spec": self.spec.model_dump(mode="json", exclude_none=True),
+            "name": self.spec.name,
+            "user": self.spec.user,
+            "state": self.state.value,
+            "submit_time": self.submit_time,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "gpus": self.size,
+            "alloc": {k: list(v) for k, v in self.alloc.items()},
+            "restarts": self.restarts,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+        }
+        if t is not None:
+            d["attained_gpu_s"] = self.attained(t)
+            d["run_s"] = self.run_time(t)
+        return d

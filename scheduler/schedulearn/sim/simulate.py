@@ -1,0 +1,51 @@
+"""Replay a trace through the real engine and policies on a virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engine import Engine
+from ..model import Job, Node, SpecError
+from .clock import VirtualClock
+from .executor import SimExecutor
+from .metrics import summarize
+from .traces import TraceJob
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[Job]
+    metrics: dict
+    rounds: int
+    wall_s: float
+    engine: Engine = field(repr=False)
+
+
+def simulate(
+    trace: list[TraceJob],
+    nodes: list[Node],
+    policy: str,
+    *,
+    interval: float | None = None,
+    tick: float = 60.0,
+    restart_penalty: float = 0.0,
+    actions: list[tuple[float, Callable[[Engine], object]]] = (),
+    executor: SimExecutor | None = None,
+) -> SimResult:
+    total = sum(len(n.gpus) for n in nodes)
+    for tj in trace:
+        if tj.spec.min_size > total:
+            raise SpecError(f"{tj.where}: gpus: at most {total} (the GPUs of the cluster), got {tj.spec.min_size}")
+    clock = VirtualClock([(tj.submit_time, tj.spec) for tj in trace], interval, tick, list(actions))
+    executor = executor or SimExecutor(restart_penalty=restart_penalty)
+    engine = Engine(nodes, policy, executor=executor, clock=clock.now)
+    began = time.perf_counter()
+    asyncio.run(engine.run(clock))
+    wall = time.perf_counter() - began
+    jobs = list(engine.jobs.values())
+    return SimResult(engine.policy.name, jobs, summarize(engine.policy.name, jobs, total),
+                     engine.rounds, wall, engine)

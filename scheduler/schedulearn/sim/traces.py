@@ -1,0 +1,126 @@
+"""Trace readers: rigid CSV (`name,submit_time,gpus,duration`), the Philly summary
+(`timestamp,duration,num_gpus,gpu_time,cluster`) and Pollux workloads (`sim.workload`).
+The format is detected from the header. Errors are one line: `file:line: field: what is allowed`."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..model import JobSpec, SpecError
+
+RIGID_HEADER = ["name", "submit_time", "gpus", "duration"]
+PHILLY_HEADER = ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]
+WORKLOAD_HEADER = ["name", "time", "application", "num_replicas", "batch_size"]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    submit_time: float
+    spec: JobSpec
+    where: str  # file:line, for error messages
+
+
+def _num(where: str, field: str, text: str, kind=float, minimum=None, strict=False):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        raise SpecError(f"{where}: {field}: expected {what}, got {text!r}") from None
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        op = ">" if strict else ">="
+        raise SpecError(f"{where}: {field}: expected a value {op} {minimum}, got {text!r}")
+    return value
+
+
+def _rows(path: Path):
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        yield [h.strip() for h in header] if header else []
+        for line, row in enumerate(reader, start=2):
+            if row and any(c.strip() for c in row):
+                yield line, row
+
+
+def read_rigid(path: Path) -> list[TraceJob]:
+    rows = _rows(path)
+    next(rows)
+    jobs = []
+    for line, row in rows:
+        where = f"{path.name}:{line}"
+        if len(row) != 4:
+            raise SpecError(f"{where}: expected 4 fields (name,submit_time,gpus,duration), got {len(row)}")
+        name, t, g, d = (c.strip() for c in row)
+        t = _num(where, "submit_time", t, minimum=0)
+        g = _num(where, "gpus", g, int, minimum=1)
+        d = _num(where, "duration", d, minimum=0, strict=True)
+        jobs.append(TraceJob(t, JobSpec(name=name or f"job{line}", gpus=g, duration=d), where))
+    return jobs
+
+
+def _philly_time(where: str, text: str) -> float:
+    try:
+        return datetime.fromisoformat(text.strip()).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        raise SpecError(f"{where}: timestamp: expected 'YYYY-MM-DD HH:MM:SS', got {text!r}") from None
+
+
+def read_philly(path: Path, start: str | None = None, limit: int | None = None) -> list[TraceJob]:
+    """Philly jobs sorted by submission, times relative to the first kept job.
+    `start`: skip jobs submitted before this date/time; `limit`: keep the first N after it."""
+    t0 = _philly_time("--start", start) if start else None
+    rows = _rows(path)
+    next(rows)
+    raw = []
+    for line, row in rows:
+        where = f"{path.name}:{line}"
+        if len(row) != 5:
+            raise SpecError(f"{where}: expected 5 fields ({','.join(PHILLY_HEADER)}), got {len(row)}")
+        t = _philly_time(where, row[0])
+        if t0 is not None and t < t0:
+            continue
+        d = _num(where, "duration", row[1], minimum=0, strict=True)
+        g = _num(where, "num_gpus", row[2], int, minimum=1)
+        raw.append((t, line, d, g, where))
+    raw.sort()
+    if limit is not None:
+        raw = raw[:limit]
+    base = raw[0][0] if raw else 0.0
+    return [TraceJob(t - base, JobSpec(name=f"philly-{line}", gpus=g, duration=d), where)
+            for t, line, d, g, where in raw]
+
+
+def read_workload(path: Path) -> list[TraceJob]:
+    from .workload import read_workload as read
+
+    return [
+        TraceJob(w.submit_time,
+                 JobSpec(name=w.name, gpus=w.gpus, application=w.application, batch_size=w.batch_size),
+                 f"{path.name}:{i + 2}")
+        for i, w in enumerate(read(path))
+    ]
+
+
+def load_trace(path: str | Path, start: str | None = None, limit: int | None = None) -> list[TraceJob]:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"trace: no such file {str(path)!r}")
+    with path.open(newline="") as f:
+        header = [h.strip() for h in next(csv.reader(f), [])]
+    if header == PHILLY_HEADER:
+        return read_philly(path, start, limit)
+    if start is not None:
+        raise SpecError("--start: only for Philly traces (timestamp,duration,num_gpus,gpu_time,cluster)")
+    if header == RIGID_HEADER:
+        jobs = read_rigid(path)
+    elif header == WORKLOAD_HEADER:
+        jobs = read_workload(path)
+    else:
+        raise SpecError(
+            f"{path.name}:1: header: expected one of {','.join(RIGID_HEADER)} | "
+            f"{','.join(PHILLY_HEADER)} | {','.join(WORKLOAD_HEADER)}; got {','.join(header)}")
+    jobs.sort(key=lambda j: j.submit_time)
+    return jobs[:limit] if limit is not None else jobs

@@ -1,0 +1,34 @@
+"""Shared test configuration. Fixtures that start real services live in tests/fixtures/."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "traces"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.dockerd",
+    "tests.fixtures.jupyter",
+]
+
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def traces() -> Path:
+    if not TRACES.is_dir():
+        pytest.fail(f"traces not found at {TRACES} (shared/ must sit beside the project root)")
+    return TRACES
+
+
+def require(condition: bool, why: str) -> None:
+    """Skip when a real component is missing here, but fail in CI, where setup installs it."""
+    if not condition:
+        if IN_CI:
+            pytest.fail(f"missing in CI: {why}")
+        pytest.skip(why)

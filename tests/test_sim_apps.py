@@ -7,6 +7,7 @@ in scheduler/schedulearn/sim/data/pollux/ (copies of shared/traces/pollux/).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,7 @@ def test_completion_time():
     progress, done = bert.advance(0.0, (4,), 48, 10_000.0)
     assert progress == bert.target_progress == 14774.0
     assert done == pytest.approx(jct, rel=1e-12)
+    assert bert.advance(0.0, (4,), 48, math.inf) == (14774.0, pytest.approx(jct, rel=1e-12))
     progress, done = bert.advance(0.0, (4,), 48, jct - 1.0)
     assert done is None and progress < 14774.0
     # In 60 s rounds: completes in round 60 (3540 < jct <= 3600), 47.248... s into it.

@@ -55,7 +55,7 @@ class VirtualClock:
             t = self.t + self.interval
             if not engine.active and nxt_input > t:  # nothing to do until the next arrival
                 t = math.ceil(nxt_input / self.interval) * self.interval
-            woke = True
+            woke = False  # every interval boundary is a tick: time-driven policies decide each round
         else:
             ticking = self.t + self.tick if engine.needs_tick() else math.inf
             t = min(nxt_input, nxt_end, ticking)

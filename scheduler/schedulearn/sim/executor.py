@@ -10,6 +10,7 @@ replay of 82k jobs costs O(log n) per event, not O(running jobs).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -69,11 +70,12 @@ class SimExecutor(Executor):
         self.model = model
         self.runs: dict[int, _Run] = {}
         self.heap: list[tuple[float, int, int]] = []
+        self._versions = itertools.count(1)  # unique across runs: a stale heap entry never matches
 
     def _plan(self, run: _Run) -> None:
         job = run.job
         _, left = run.model.advance(run.progress, placement_shape(job.alloc), job.batch_size, math.inf)
-        run.version += 1
+        run.version = next(self._versions)
         run.finish = run.ready + (left if left is not None else math.inf)
         if run.finish < math.inf:
             heapq.heappush(self.heap, (run.finish, job.id, run.version))

@@ -122,9 +122,10 @@ start)
 stop)
     stop_dockerd
     stop_pid "$CTRD_PIDFILE" containerd
-    # dockerd bind-mounts its data-root onto itself and leaves it mounted;
-    # undo that so DIR can simply be deleted afterwards.
-    while mountpoint -q "$DIR/data" && umount "$DIR/data" 2>/dev/null; do :; done
+    # dockerd leaves mounts behind (data-root bind-mounted onto itself,
+    # exec/netns/default); undo them, innermost first, so DIR can be deleted.
+    awk -v d="$DIR/" 'index($2 "/", d) == 1 {print $2}' /proc/mounts | sort -ru |
+        while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
     rm -f "$SOCKET"
     echo "dockerd stopped ($DIR)"
     ;;

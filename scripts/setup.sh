@@ -19,6 +19,7 @@
 #   PYTHON        interpreter used to create the venv (default: python3)
 #   VENV          venv location (default: <repo>/.venv)
 set -euo pipefail
+{  # braces: bash reads the whole script before running any of it
 
 TORCH_VERSION=2.13.0
 HOROVOD_VERSION=0.28.1
@@ -106,7 +107,7 @@ echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
 pip_install() { "$VPY" -m pip install -q -c "$CONSTRAINTS" "$@"; }
 
 # ---------------------------------------------------------------- torch
-if "$VPY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+if "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch').split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     skip "torch $TORCH_VERSION"
 else
     log "installing torch==$TORCH_VERSION"
@@ -140,12 +141,17 @@ else
         sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' \
             "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
         mkdir -p "$HVD_CACHE"
-        HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-        HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-        MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" \
-            "$VPY" -m pip wheel -q --no-build-isolation --no-deps \
-            -w "$build/wheel" "$src"
-        wheel=$(ls "$build"/wheel/horovod-"$HOROVOD_VERSION"-*.whl)
+        if ! HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+             HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+             MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" \
+             "$VPY" -m pip wheel --no-build-isolation --no-deps \
+                 -w "$build/wheel" "$src" > "$build/build.log" 2>&1; then
+            tail -n 40 "$build/build.log" >&2
+            cp "$build/build.log" /tmp/schedulearn-horovod-build.log
+            echo "error: horovod build failed, log in /tmp/schedulearn-horovod-build.log" >&2
+            exit 1
+        fi
+        wheel=$(find "$build/wheel" -name "horovod-$HOROVOD_VERSION-*.whl" | head -n1)
         cp "$wheel" "$HVD_CACHE/"
         wheel="$HVD_CACHE/$(basename "$wheel")"
         rm -rf "$build"
@@ -153,7 +159,7 @@ else
         took $t
     fi
     pip_install "$wheel"
-    "$VPY" -c "import horovod.torch"
+    "$VPY" -W ignore -c "import horovod.torch"
 fi
 
 # ---------------------------------------------------------------- project
@@ -163,7 +169,7 @@ if [ ! -f "$REPO_ROOT/pyproject.toml" ]; then
 else
     want=$(sha256sum "$REPO_ROOT/pyproject.toml" | cut -d' ' -f1)
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
-        && "$VPY" -c "import schedulearn" 2>/dev/null; then
+        && "$VPY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('schedulearn') is None)"; then
         skip "schedulearn (editable, [test])"
     else
         log "installing schedulearn: pip install -e .[test]"
@@ -175,3 +181,5 @@ else
 fi
 
 log "done in $((SECONDS - T0))s; activate with: source $VENV/bin/activate"
+exit 0
+}

@@ -1,0 +1,27 @@
+"""Schedulearn's IPython magics: `%%schedulearn` runs a notebook cell as a training job on the
+cluster's GPUs; `%schedulearn queue|ls|logs|cancel|result|policy|gpus` watches and steers it.
+
+Loaded by `%load_ext schedulearn_magics` (or `%load_ext schedulearn_jupyter`), and in every
+IPython kernel of an environment where Schedulearn is installed: the package installs
+`{sys.prefix}/etc/ipython/ipython_kernel_config.py`, which appends this extension to
+`InteractiveShellApp.extensions` (see docs/magics.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_ipython_extension", "unload_ipython_extension"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics on `ipython` (once; loading again is harmless)."""
+    from .magics import SchedulearnMagics
+
+    ipython.register_magics(SchedulearnMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    magics = ipython.magics_manager.magics
+    magics["cell"].pop("schedulearn", None)
+    magics["line"].pop("schedulearn", None)

@@ -1,0 +1,124 @@
+"""`JobHandle`: a submitted job seen from the notebook (state, result, logs, cancel, wait)."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable
+from typing import Any
+
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+class JobFailed(RuntimeError):
+    """The job ended without a result. IPython shows it as one line (plus the log tail)."""
+
+    def __init__(self, job: dict[str, Any], log_tail: str = ""):
+        self.job = job
+        self.log_tail = log_tail
+        why = job.get("reason") or ""
+        code = job.get("exit_code")
+        detail = f"exit code {code}" if code not in (None, 0) else ""
+        if why and why != detail:
+            last = why.strip().splitlines()[-1] if why.strip() else ""
+            detail = f"{detail}: {last}" if detail else last
+        head = f"job {job.get('id')} ({job.get('name')}) {job.get('state')}"
+        super().__init__(head + (f": {detail}" if detail else ""))
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"JobFailed: {self}"]
+        if self.log_tail.strip():
+            lines += ["--- last log lines ---", *self.log_tail.rstrip().splitlines()[-20:]]
+        return lines
+
+
+class JobHandle:
+    """A job on the Schedulearn server. `state` asks the server each time it is read."""
+
+    def __init__(self, client: Any, job: dict[str, Any]):
+        self.client = client
+        self.id: int = int(job["id"])
+        self.job: dict[str, Any] = job
+
+    # -- state -------------------------------------------------------------------------------
+    def refresh(self) -> dict[str, Any]:
+        self.job = self.client.job(self.id)
+        return self.job
+
+    @property
+    def state(self) -> str:
+        if self.job.get("state") in FINAL_STATES:
+            return self.job["state"]
+        return self.refresh()["state"]
+
+    @property
+    def name(self) -> str:
+        return str(self.job.get("name", ""))
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    # -- actions -----------------------------------------------------------------------------
+    def logs(self, tail: int | None = None) -> str:
+        return self.client.logs(self.id, tail=tail)
+
+    def cancel(self) -> dict[str, Any]:
+        """Cancel the job (a job that already ended is left as it is)."""
+        if self.state in FINAL_STATES:
+            return self.job
+        try:
+            self.client.cancel(self.id)
+        except Exception:
+            if self.refresh()["state"] not in FINAL_STATES:
+                raise
+        return self.refresh()
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        poll: float = 0.5,
+        on_update: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Block until the job ends (or `timeout` seconds pass: `TimeoutError`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = min(poll, 0.2)
+        while True:
+            job = self.refresh()
+            if on_update is not None:
+                on_update(job)
+            if job["state"] in FINAL_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id}: still {job['state']} after {timeout} s")
+            time.sleep(delay)
+            delay = min(delay * 1.5, poll)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job; the value of its cell's last expression (rank 0), or `JobFailed`."""
+        job = self.wait(timeout=timeout)
+        if job["state"] != "succeeded":
+            tail = ""
+            try:
+                tail = self.logs(tail=20)
+            except Exception:
+                pass
+            raise JobFailed(job, tail)
+        return load_result(self.client.result(self.id))
+
+    def __repr__(self) -> str:
+        job = self.job
+        gpus = job.get("gpus") or 0
+        on = f" on {gpus} GPU{'s' if gpus != 1 else ''}" if job.get("state") == "running" else ""
+        return f"<schedulearn job {self.id} {self.name!r} {job.get('state')}{on}>"
+
+
+def load_result(data: Any) -> Any:
+    """The result as the server sends it (pickle bytes) -> the object."""
+    if not isinstance(data, bytes | bytearray):
+        return data  # a client that already unpickled it
+    try:
+        import cloudpickle  # noqa: F401  (registers what cloudpickled objects need)
+    except ImportError:
+        pass
+    return pickle.loads(data)

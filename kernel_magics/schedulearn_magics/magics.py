@@ -1,0 +1,340 @@
+"""`%%schedulearn` (a cell becomes a training job) and `%schedulearn` (queue, jobs, policy, GPUs).
+
+Every check that can fail happens before the one POST that submits the job; a bad option, a
+missing variable or a syntax error is one line in the cell (IPython's `UsageError`), and the
+server never hears of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, Float, Int
+
+from . import bundle, views
+from ._client import ServerError, connect
+from .handle import JobFailed, JobHandle
+from .widgets import (
+    TextJobView,
+    follow,
+    follow_in_background,
+    job_widget,
+    queue_text,
+    queue_widget,
+    widgets_available,
+)
+
+LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
+SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_gpus(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--gpus: expected an integer >= 1 or 'auto', got {text!r}")
+    return n
+
+
+def parse_duration(text: str) -> float:
+    """Seconds, or a number with s/m/h."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"--timeout: expected a duration > 0 such as 90, 90s, 10m or 2h, got {text!r}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not _ENV_KEY.match(key):
+            raise UsageError(f"--env: expected K=V with K a variable name, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _positive(option: str, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise UsageError(f"{option}: expected an integer >= 1, got {value}")
+    return value
+
+
+@magics_class
+class SchedulearnMagics(Magics):
+    """Run notebook cells as training jobs on the cluster's GPUs (see `%%schedulearn --help`)."""
+
+    cancel_on_interrupt = Bool(
+        True, help="Interrupting the kernel while a cell waits for its job cancels the job."
+    ).tag(config=True)
+    max_bundle_bytes = Int(
+        bundle.DEFAULT_MAX_BYTES, help="The largest job script (cell + --files + --vars) submitted."
+    ).tag(config=True)
+    poll_interval = Float(0.5, help="Seconds between the job view's updates while waiting.").tag(config=True)
+    queue_interval = Float(1.0, help="Seconds between the queue widget's refreshes.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kw: Any):
+        super().__init__(shell=shell, **kw)
+        self._client: Any = None
+        self.last_job: JobHandle | None = None
+
+    # -- the server -------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                self._client = connect()
+            except ServerError as e:
+                raise UsageError(f"schedulearn: {e}") from None
+        return self._client
+
+    def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A client call; a server error or an unreachable server becomes one line."""
+        try:
+            return fn(*args, **kw)
+        except ServerError as e:
+            raise UsageError(str(e)) from None
+
+    # -- %%schedulearn ------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("-h", "--help", action="store_true", help="show this help and submit nothing")
+    @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it)")
+    @argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
+    @argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
+    @argument("--launcher", default="auto", choices=LAUNCHER_CHOICES,
+              help="how to start the cell: python (one process), torchrun (one per GPU), horovod, "
+                   "or auto: horovod if the cell imports horovod, torchrun if it uses torch.distributed, "
+                   "else python")
+    @argument("--image", default=None, help="Docker image (Docker executor)")
+    @argument("--name", default=None, help="job name (default: the notebook and cell number)")
+    @argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
+    @argument("--files", action="append", metavar="PATH", help="file or folder to ship (repeatable)")
+    @argument("--vars", default=None, metavar="a,b", help="notebook variables cloudpickled into the job")
+    @argument("--no-wait", action="store_true", help="return a job handle at once instead of waiting")
+    @argument("-o", "--out", default=None, metavar="VAR", help="also store the result (or the handle) in VAR")
+    @argument("--priority", type=int, default=0, help="job priority (higher first, for policies that use it)")
+    @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h)")
+    @cell_magic
+    def schedulearn(self, line: str, cell: str) -> Any:
+        """Run this cell as a job on the cluster's GPUs; its last expression comes back as the
+        cell's value.
+
+            %%schedulearn --gpus 2 --launcher torchrun
+            import torch.distributed as dist
+            ...
+            final_loss
+        """
+        args = self._parse(line)
+        if args.help:
+            print(self.schedulearn.parser.format_help())
+            return None
+        spec = self.build_spec(args, cell)
+        job = self._call(self.client.submit, spec)
+        handle = JobHandle(self.client, job)
+        self.last_job = handle
+        if args.no_wait:
+            self._show(handle, background=True)
+            if args.out:
+                self.shell.user_ns[args.out] = handle
+            return handle
+        return self._wait(handle, args.out)
+
+    def _parse(self, line: str) -> Any:
+        try:
+            return parse_argstring(self.schedulearn, line)
+        except UsageError as e:
+            raise UsageError(f"%%schedulearn: {e} (see %%schedulearn --help)") from None
+        except ValueError as e:  # an unclosed quote in the options line
+            raise UsageError(f"%%schedulearn: cannot read the options: {e}") from None
+
+    def build_spec(self, args: Any, cell: str) -> dict[str, Any]:
+        """Options + cell -> a JobSpec dict, checked; raises `UsageError` before anything is sent."""
+        if not cell.strip():
+            raise UsageError("cell: empty; write the training code below %%schedulearn")
+        gpus = parse_gpus(args.gpus)
+        min_gpus = _positive("--min-gpus", args.min_gpus)
+        max_gpus = _positive("--max-gpus", args.max_gpus)
+        if min_gpus and max_gpus and min_gpus > max_gpus:
+            raise UsageError(f"--min-gpus: must be <= --max-gpus ({max_gpus}), got {min_gpus}")
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"--out: expected a variable name, got {args.out!r}")
+        env = parse_env(args.env)
+        timeout = parse_duration(args.timeout) if args.timeout is not None else None
+        try:
+            tree = bundle.check_syntax(cell)
+            launcher = bundle.detect_launcher(tree) if args.launcher == "auto" else args.launcher
+            names = [n.strip() for n in (args.vars or "").split(",") if n.strip()]
+            variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
+            files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
+            script = bundle.build_script(cell, files, variables, timeout, self.max_bundle_bytes)
+        except bundle.BundleError as e:
+            raise UsageError(str(e)) from None
+        spec: dict[str, Any] = {
+            "name": args.name or self._default_name(),
+            "script": script,
+            "gpus": gpus,
+            "launcher": launcher,
+            "env": env,
+            "priority": args.priority,
+        }
+        if min_gpus is not None:
+            spec["min_gpus"] = min_gpus
+        if max_gpus is not None:
+            spec["max_gpus"] = max_gpus
+        if args.image:
+            spec["image"] = args.image
+        return spec
+
+    def _default_name(self) -> str:
+        notebook = os.environ.get("JPY_SESSION_NAME", "")
+        stem = Path(notebook).stem if notebook else "cell"
+        count = getattr(self.shell, "execution_count", None)
+        return f"{stem}[{count}]" if count is not None else stem
+
+    # -- following a job ---------------------------------------------------------------------
+    def _view(self, handle: JobHandle) -> Any:
+        if widgets_available(self.shell):
+            view = job_widget(handle)
+            display(view)
+            return view
+        return TextJobView()
+
+    def _show(self, handle: JobHandle, background: bool) -> Any:
+        view = self._view(handle)
+        if background:
+            if isinstance(view, TextJobView):
+                print(views.status_line(handle.job) + f"  (handle: {handle!r})")
+            else:
+                follow_in_background(handle, view, poll=max(1.0, self.poll_interval))
+        return view
+
+    def _wait(self, handle: JobHandle, out: str | None) -> Any:
+        view = self._view(handle)
+        try:
+            job = follow(handle, view, poll=self.poll_interval)
+        except KeyboardInterrupt:
+            if self.cancel_on_interrupt:
+                try:
+                    job = handle.cancel()
+                    view.update(job, None, None)
+                    print(f"job {handle.id}: cancelled (kernel interrupted)", file=sys.stderr)
+                except Exception as e:
+                    print(f"job {handle.id}: could not cancel it: {e}", file=sys.stderr)
+            else:
+                print(f"job {handle.id}: still {handle.state}; it goes on running "
+                      f"(%schedulearn logs {handle.id}, %schedulearn cancel {handle.id})", file=sys.stderr)
+            raise
+        except ServerError as e:
+            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        if job["state"] != "succeeded":
+            tail = ""
+            if not isinstance(view, TextJobView):
+                try:
+                    tail = handle.logs(tail=20)
+                except Exception:
+                    tail = ""
+            raise JobFailed(job, tail)
+        value = self._call(handle.result)
+        if out:
+            self.shell.user_ns[out] = value
+        return value
+
+    # -- %schedulearn ---------------------------------------------------------------------------
+    @line_magic("schedulearn")
+    def schedulearn_line(self, line: str) -> Any:
+        """%schedulearn queue | ls | logs ID | cancel ID | result ID | policy [NAME] | gpus"""
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            raise UsageError(f"%schedulearn: cannot read the line: {e}") from None
+        if not words or words[0] in ("-h", "--help", "help"):
+            print(self._line_help())
+            return None
+        cmd, rest = words[0], words[1:]
+        handlers = {
+            "queue": self._queue, "ls": self._ls, "logs": self._logs, "cancel": self._cancel,
+            "result": self._result, "policy": self._policy, "gpus": self._gpus,
+        }
+        if cmd not in handlers:
+            allowed = ", ".join(SUBCOMMANDS)
+            raise UsageError(f"%schedulearn: unknown command {cmd!r}; expected one of: {allowed}")
+        return handlers[cmd](rest)
+
+    def _line_help(self) -> str:
+        return ("%schedulearn queue          live table of jobs and the policy dropdown\n"
+                "%schedulearn ls             the jobs, as text\n"
+                "%schedulearn logs ID        a job's log\n"
+                "%schedulearn cancel ID      cancel a job\n"
+                "%schedulearn result ID      a finished job's result\n"
+                "%schedulearn policy [NAME]  show the policies, or switch to NAME\n"
+                "%schedulearn gpus           the GPU inventory\n"
+                "%%schedulearn --help        the cell magic's options")
+
+    @staticmethod
+    def _no_args(cmd: str, rest: list[str]) -> None:
+        if rest:
+            raise UsageError(f"%schedulearn {cmd}: takes no arguments, got {' '.join(rest)!r}")
+
+    @staticmethod
+    def _job_id(cmd: str, rest: list[str]) -> int:
+        if len(rest) != 1 or not rest[0].isdigit():
+            raise UsageError(f"%schedulearn {cmd}: expected one job id (an integer), got {' '.join(rest)!r}")
+        return int(rest[0])
+
+    def _queue(self, rest: list[str]) -> Any:
+        self._no_args("queue", rest)
+        if widgets_available(self.shell):
+            widget = self._call(queue_widget, self.client, self.queue_interval)
+            display(widget)
+            return None
+        print(self._call(queue_text, self.client))
+        return None
+
+    def _ls(self, rest: list[str]) -> None:
+        self._no_args("ls", rest)
+        print(views.text_table(self._call(self.client.jobs)))
+
+    def _logs(self, rest: list[str]) -> None:
+        text = self._call(self.client.logs, self._job_id("logs", rest))
+        print(text, end="" if text.endswith("\n") else "\n")
+
+    def _cancel(self, rest: list[str]) -> None:
+        job = self._call(self.client.cancel, self._job_id("cancel", rest))
+        print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] == "running" else ""))
+
+    def _result(self, rest: list[str]) -> Any:
+        return self._call(JobHandle(self.client, {"id": self._job_id("result", rest)}).result)
+
+    def _policy(self, rest: list[str]) -> None:
+        if len(rest) > 1:
+            raise UsageError(f"%schedulearn policy: expected at most one policy name, got {' '.join(rest)!r}")
+        if rest:
+            name = self._call(self.client.set_policy, rest[0])
+            print(f"policy: {name}")
+            return
+        current = self._call(self.client.policy)
+        for p in self._call(self.client.policies):
+            mark = "*" if p["name"] == current else " "
+            print(f"{mark} {p['name']:<14} {p.get('description', '')}")
+
+    def _gpus(self, rest: list[str]) -> None:
+        self._no_args("gpus", rest)
+        print(views.gpus_text(self._call(self.client.gpus)))
+
+
+# magic_arguments names the parser after the function; the cell magic is spelt with two %.
+SchedulearnMagics.schedulearn.parser.prog = "%%schedulearn"

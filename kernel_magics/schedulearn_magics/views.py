@@ -1,0 +1,127 @@
+"""What the job and queue views show, computed from the server's job dicts (no widgets here)."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = max(0.0, float(s))
+    if s < 60:
+        return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def waited(job: dict[str, Any], now: float | None = None) -> float | None:
+    submit = job.get("submit_time")
+    if submit is None:
+        return None
+    until = job.get("start_time") or job.get("end_time") or (now if now is not None else time.time())
+    return until - submit
+
+
+def ran(job: dict[str, Any], now: float | None = None) -> float | None:
+    if job.get("run_s") is not None and job.get("state") != "running":
+        return job["run_s"]
+    start = job.get("start_time")
+    if start is None:
+        return None
+    return (job.get("end_time") or (now if now is not None else time.time())) - start
+
+
+def queue_position(job: dict[str, Any], queued: list[dict[str, Any]]) -> int | None:
+    """1-based place among the queued jobs in arrival order (the policy may reorder)."""
+    if job.get("state") != "queued":
+        return None
+    if job.get("position") is not None:  # the server's own answer, when it gives one
+        return int(job["position"])
+    ids = sorted(int(j["id"]) for j in queued)
+    return ids.index(int(job["id"])) + 1 if int(job["id"]) in ids else None
+
+
+def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
+    state = job.get("state", "?")
+    parts = [f"job {job.get('id')} {job.get('name', '')!r}: {state}"]
+    if state == "queued":
+        if position is not None:
+            parts.append(f"position {position} in the queue")
+        parts.append(f"waiting {fmt_seconds(waited(job, now))}")
+    else:
+        gpus = job.get("gpus") or 0
+        if state == "running":
+            parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''} {alloc_text(job)}".rstrip())
+        parts.append(f"ran {fmt_seconds(ran(job, now))}")
+    if state in ("failed", "cancelled") and job.get("reason"):
+        parts.append(str(job["reason"]).strip().splitlines()[-1])
+    return ", ".join(parts)
+
+
+def alloc_text(job: dict[str, Any]) -> str:
+    alloc = job.get("alloc") or {}
+    if not alloc:
+        return ""
+    return "(" + " ".join(f"{node}:{','.join(str(i) for i in idx)}" for node, idx in alloc.items()) + ")"
+
+
+COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran")
+
+
+def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple[str, ...]]:
+    rows = []
+    for j in jobs:
+        gpus = j.get("gpus") or 0
+        want = (j.get("spec") or {}).get("gpus")
+        gtxt = str(gpus) if j.get("state") == "running" else (str(want) if want is not None else "-")
+        rows.append((
+            str(j.get("id")), str(j.get("user") or "-"), str(j.get("name", "")), str(j.get("state")),
+            gtxt, fmt_seconds(waited(j, now)), fmt_seconds(ran(j, now)),
+        ))
+    return rows
+
+
+def text_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
+    rows = [COLUMNS, *job_rows(jobs, now)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+_STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "succeeded": "#2aa198",
+                  "failed": "#dc322f", "cancelled": "#93a1a1"}
+
+
+def html_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
+    if not jobs:
+        return "<i>no jobs</i>"
+    head = "".join(f"<th style='text-align:left;padding:0 8px'>{c}</th>" for c in COLUMNS)
+    body = []
+    for row in job_rows(jobs, now):
+        cells = []
+        for c, v in zip(COLUMNS, row, strict=True):
+            style = "padding:0 8px"
+            if c == "state":
+                style += f";color:{_STATE_COLOURS.get(v, 'inherit')}"
+            cells.append(f"<td style='{style}'>{html.escape(v)}</td>")
+        body.append(f"<tr class='schedulearn-job' data-job-id='{html.escape(row[0])}'>{''.join(cells)}</tr>")
+    return f"<table class='schedulearn-queue'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def gpus_text(inventory: dict[str, Any]) -> str:
+    lines = []
+    for node in inventory.get("nodes", []):
+        kind = " (virtual)" if node.get("virtual") else ""
+        lines.append(f"{node.get('name')}{kind}")
+        for g in node.get("gpus", []):
+            who = f"job {g['job_id']}" if g.get("job_id") is not None else "free"
+            mem = ""
+            if g.get("memory_total_mb"):
+                mem = f"  {g.get('memory_used_mb', 0)}/{g['memory_total_mb']} MiB"
+            lines.append(f"  [{g.get('index')}] {g.get('name', '')}{mem}  {who}")
+    return "\n".join(lines) or "no GPUs"

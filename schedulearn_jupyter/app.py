@@ -1,0 +1,241 @@
+"""`SchedulearnApp`: the scheduler inside Jupyter Server.
+
+Configuration (traitlets, e.g. `c.SchedulearnApp.virtual_gpus = 4` in jupyter_server_config.py
+or `--SchedulearnApp.virtual_gpus=4`); every trait's default can also come from the environment
+variable `SCHEDULEARN_<TRAIT>` (`SCHEDULEARN_VIRTUAL_GPUS=4 jupyter lab`). With `remote_url`,
+the extension runs no scheduler of its own and forwards the same API to a standalone one
+(`schedulearn serve`). At start it writes `schedulearn-server.json` (URL + token) into the
+Jupyter runtime directory, where the CLI and the kernel magics find it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Enum, Float, Int, List, TraitError, Unicode, default, validate
+
+from . import runtime
+from .handlers import make_handlers
+from .manager import EXECUTORS, Settings
+
+ENV_PREFIX = "SCHEDULEARN_"
+
+
+def env(trait: str) -> str | None:
+    value = os.environ.get(ENV_PREFIX + trait.upper())
+    return value if value not in (None, "") else None
+
+
+def _env_number(trait: str, kind: type, fallback: Any) -> Any:
+    value = env(trait)
+    if value is None:
+        return fallback
+    try:
+        return kind(value)
+    except ValueError:
+        raise TraitError(f"{ENV_PREFIX}{trait.upper()}: expected {'an integer' if kind is int else 'a number'}, "
+                         f"got {value!r}") from None
+
+
+def schedulearn_dir() -> Path:
+    return Path(jupyter_data_dir()) / "schedulearn"
+
+
+class SchedulearnApp(ExtensionApp):
+    name = "schedulearn_jupyter"
+    description = "Schedule deep-learning jobs on shared GPUs from Jupyter"
+    load_other_extensions = True
+
+    store_url = Unicode(
+        config=True,
+        help="Job store: a SQLAlchemy URL (postgresql+psycopg://... for a shared store) or a SQLite "
+        "file path. Default: <jupyter data dir>/schedulearn/jobs.db. Env: SCHEDULEARN_STORE_URL.",
+    )
+    executor = Enum(
+        list(EXECUTORS), config=True,
+        help="Where jobs run: 'local' processes, 'docker' containers, or 'sim' (simulated runs that "
+        "end after their spec's duration; demos and load tests). Env: SCHEDULEARN_EXECUTOR.",
+    )
+    docker_hosts = List(
+        Unicode(), config=True,
+        help="Docker daemons to run jobs on (e.g. ['unix:///var/run/docker.sock', 'tcp://gpu2:2376']). "
+        "Env: SCHEDULEARN_DOCKER_HOSTS, comma-separated.",
+    )
+    virtual_gpus = Int(
+        config=True,
+        help="Virtual GPUs per host when NVML finds none (0: none). Env: SCHEDULEARN_VIRTUAL_GPUS.",
+    )
+    default_policy = Unicode(
+        config=True,
+        help="Policy at first start (a runtime switch is remembered in the store). "
+        "Env: SCHEDULEARN_DEFAULT_POLICY.",
+    )
+    default_image = Unicode(
+        config=True, help="Docker image for jobs that name none. Env: SCHEDULEARN_DEFAULT_IMAGE."
+    )
+    cancel_grace = Float(
+        config=True,
+        help="Seconds between SIGTERM and SIGKILL when a job is cancelled or preempted. "
+        "Env: SCHEDULEARN_CANCEL_GRACE.",
+    )
+    job_root = Unicode(
+        config=True,
+        help="Directory of the jobs' working files and logs (one folder per job). "
+        "Default: <jupyter data dir>/schedulearn/jobs. Env: SCHEDULEARN_JOB_ROOT.",
+    )
+    remote_url = Unicode(
+        config=True,
+        help="URL of a standalone scheduler (`schedulearn serve`) to use instead of an embedded one. "
+        "Env: SCHEDULEARN_REMOTE_URL.",
+    )
+    remote_token = Unicode(
+        config=True, help="Token for remote_url. Env: SCHEDULEARN_REMOTE_TOKEN."
+    )
+    tick = Float(
+        config=True, help="Seconds between time-driven scheduling rounds. Env: SCHEDULEARN_TICK."
+    )
+    inventory_interval = Float(
+        config=True, help="Seconds between GPU inventory refreshes (0: never). "
+        "Env: SCHEDULEARN_INVENTORY_INTERVAL.",
+    )
+
+    @default("store_url")
+    def _store_url(self) -> str:
+        return env("store_url") or f"sqlite:///{schedulearn_dir() / 'jobs.db'}"
+
+    @default("executor")
+    def _executor(self) -> str:
+        value = env("executor") or "local"
+        if value not in EXECUTORS:
+            raise TraitError(f"SCHEDULEARN_EXECUTOR: expected one of {', '.join(EXECUTORS)}, got {value!r}")
+        return value
+
+    @default("docker_hosts")
+    def _docker_hosts(self) -> list[str]:
+        value = env("docker_hosts")
+        return [h.strip() for h in value.split(",") if h.strip()] if value else []
+
+    @default("virtual_gpus")
+    def _virtual_gpus(self) -> int:
+        return _env_number("virtual_gpus", int, 0)
+
+    @default("default_policy")
+    def _default_policy(self) -> str:
+        return env("default_policy") or "fifo"
+
+    @default("default_image")
+    def _default_image(self) -> str:
+        return env("default_image") or ""
+
+    @default("cancel_grace")
+    def _cancel_grace(self) -> float:
+        return _env_number("cancel_grace", float, 10.0)
+
+    @default("job_root")
+    def _job_root(self) -> str:
+        return env("job_root") or str(schedulearn_dir() / "jobs")
+
+    @default("remote_url")
+    def _remote_url(self) -> str:
+        return env("remote_url") or ""
+
+    @default("remote_token")
+    def _remote_token(self) -> str:
+        return env("remote_token") or ""
+
+    @default("tick")
+    def _tick(self) -> float:
+        return _env_number("tick", float, 5.0)
+
+    @default("inventory_interval")
+    def _inventory_interval(self) -> float:
+        return _env_number("inventory_interval", float, 30.0)
+
+    @validate("virtual_gpus")
+    def _check_virtual_gpus(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"virtual_gpus: expected an integer >= 0, got {proposal['value']}")
+        return proposal["value"]
+
+    @validate("cancel_grace", "tick", "inventory_interval")
+    def _check_seconds(self, proposal: Any) -> float:
+        if proposal["value"] < 0:
+            raise TraitError(f"{proposal['trait'].name}: expected seconds >= 0, got {proposal['value']}")
+        return proposal["value"]
+
+    def scheduler_settings(self) -> Settings:
+        return Settings(
+            store_url=self.store_url,
+            executor=self.executor,
+            docker_hosts=list(self.docker_hosts),
+            virtual_gpus=self.virtual_gpus,
+            default_policy=self.default_policy,
+            default_image=self.default_image,
+            cancel_grace=self.cancel_grace,
+            job_root=self.job_root,
+            tick=self.tick or 5.0,
+            inventory_interval=self.inventory_interval,
+        )
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def initialize_settings(self) -> None:
+        if self.remote_url:
+            from .remote import RemoteManager
+
+            manager: Any = RemoteManager(self.remote_url, self.remote_token)
+            self.log.info("schedulearn: using the scheduler at %s", self.remote_url)
+        else:
+            from .manager import SchedulerManager
+
+            settings = self.scheduler_settings()
+            Path(settings.job_root).mkdir(parents=True, exist_ok=True)
+            manager = SchedulerManager(settings)
+            self.log.info(
+                "schedulearn: %s executor, %d GPUs on %d nodes, policy %s, store %s",
+                settings.executor, manager.engine.total_gpus, len(manager.nodes),
+                manager.engine.policy.name, getattr(manager.store, "url", "memory"),
+            )
+        self.manager = manager
+        self.settings["schedulearn_manager"] = manager
+        manager.start(_loop(self.serverapp))
+        self._write_runtime_file()
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(make_handlers())
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """The server is listening now: its real port goes into the runtime file, and kernels
+        started from here on find the server through their environment."""
+        self._write_runtime_file()
+        info = runtime.server_info(serverapp)
+        os.environ.setdefault("SCHEDULEARN_URL", info["url"])
+        if info.get("token"):
+            os.environ.setdefault("SCHEDULEARN_TOKEN", info["token"])
+
+    def _write_runtime_file(self) -> None:
+        try:
+            self.runtime_files = runtime.write(self.serverapp)
+        except OSError as e:
+            self.log.warning("schedulearn: cannot write the runtime file: %s", e)
+            self.runtime_files = []
+
+    async def stop_extension(self) -> None:
+        manager = getattr(self, "manager", None)
+        if manager is not None:
+            await manager.stop()
+        runtime.remove(getattr(self, "runtime_files", []))
+
+
+def _loop(serverapp: Any) -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return serverapp.io_loop.asyncio_loop
+
+
+main = launch_new_instance = SchedulearnApp.launch_instance

@@ -1,0 +1,525 @@
+"""The scheduler's life inside a server, with no HTTP in sight (dask-labextension style).
+
+`SchedulerManager` owns the engine, its store, its executor and the GPU inventory; it runs the
+engine's round loop as a task on the server's event loop, fans the engine's events out to
+subscribers (the `events` websocket), and answers the API's questions with plain dicts.
+Errors are `ApiError`s carrying the HTTP status the handlers answer with and a one-line message
+naming the field. `RemoteManager` (remote.py) answers the same calls from a standalone server.
+Every API call is a coroutine so that the handlers can await either kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import inspect
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schedulearn import policies
+from schedulearn.engine import Engine, JobFinished, JobNotFound, RealClock
+from schedulearn.model import Job, JobSpec, JobState, Node, SpecError
+
+log = logging.getLogger("schedulearn.server")
+
+EXECUTORS = ("local", "docker", "sim")
+STATES = tuple(s.value for s in JobState)
+RESULT_NAME = "result.pkl"
+LOG_NAME = "log.txt"
+
+
+class ApiError(Exception):
+    """An answer other than success: `status` is the HTTP status, the message one line."""
+
+    status = 400
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+@dataclass
+class Settings:
+    """What the server extension's traits (or `schedulearn serve`'s flags) configure."""
+
+    store_url: str = ""  # '' = a SQLite file under the Jupyter data dir (chosen by the app)
+    executor: str = "local"
+    docker_hosts: list[str] = field(default_factory=list)
+    virtual_gpus: int = 0
+    default_policy: str = "fifo"
+    default_image: str = ""
+    cancel_grace: float = 10.0
+    job_root: str = ""
+    tick: float = 5.0
+    inventory_interval: float = 30.0
+    node_name: str = field(default_factory=socket.gethostname)
+    #: a user may cancel only their own jobs (jobs without a user are anyone's)
+    check_owner: bool = True
+
+    def validate(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise SpecError(f"executor: expected one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.virtual_gpus < 0:
+            raise SpecError(f"virtual_gpus: expected an integer >= 0, got {self.virtual_gpus}")
+        if self.cancel_grace < 0:
+            raise SpecError(f"cancel_grace: expected seconds >= 0, got {self.cancel_grace}")
+        if self.tick <= 0:
+            raise SpecError(f"tick: expected seconds > 0, got {self.tick}")
+        policies.create(self.default_policy)  # SpecError naming the policies when unknown
+
+
+def default_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return os.environ.get("USER", "") or "user"
+
+
+# -- adapters to the parts other modules own -------------------------------------------------
+def discover_nodes(settings: Settings) -> list[Node]:
+    """The GPU inventory: `schedulearn.inventory` when present (NVML, Docker hosts, virtual
+    GPUs), else `virtual_gpus` virtual GPUs on this host."""
+    try:
+        from schedulearn import inventory
+    except ImportError:
+        inventory = None
+    if inventory is not None:
+        fn = getattr(inventory, "discover", None)
+        if fn is not None:
+            kwargs: dict[str, Any] = {}
+            params = inspect.signature(fn).parameters
+            for name, value in (
+                ("virtual_gpus", settings.virtual_gpus),
+                ("docker_hosts", settings.docker_hosts),
+                ("hosts", settings.docker_hosts),
+                ("node_name", settings.node_name),
+                ("host", settings.node_name),
+            ):
+                if name in params:
+                    kwargs[name] = value
+            return list(fn(**kwargs))
+    if settings.virtual_gpus <= 0:
+        return []
+    hosts = settings.docker_hosts or [settings.node_name]
+    if len(hosts) == 1:
+        return [Node.virtual_node(hosts[0] if not settings.docker_hosts else _host_name(hosts[0]),
+                                  settings.virtual_gpus)]
+    return [Node.virtual_node(_host_name(h), settings.virtual_gpus) for h in hosts]
+
+
+def _host_name(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0] or url
+
+
+def make_executor(settings: Settings) -> Any:
+    if settings.executor == "sim":
+        return _sim_executor()
+    if settings.executor == "docker":
+        try:
+            from schedulearn.executors.docker import DockerExecutor
+        except ImportError as e:
+            raise SpecError(f"executor: 'docker' is not available here ({e})") from None
+        return _construct(DockerExecutor, settings)
+    try:
+        from schedulearn.executors.local import LocalExecutor
+    except ImportError as e:
+        raise SpecError(f"executor: 'local' is not available here ({e})") from None
+    return _construct(LocalExecutor, settings)
+
+
+def _sim_executor() -> Any:
+    """Simulated runs on the wall clock: a job ends after its spec's `duration` seconds (1 s when
+    it gives none, e.g. a command): demos and load tests without processes."""
+    from schedulearn.sim.executor import RigidModel, SimExecutor, default_model
+
+    def model(job: Job) -> Any:
+        if job.spec.duration is not None or job.spec.application is not None:
+            try:
+                return default_model(job)
+            except (KeyError, ValueError):
+                pass
+        return RigidModel(1.0, job.spec.requested)
+
+    return SimExecutor(model=model)
+
+
+def _construct(cls: type, settings: Settings) -> Any:
+    params = inspect.signature(cls).parameters
+    kwargs: dict[str, Any] = {}
+    for name, value in (
+        ("job_root", settings.job_root),
+        ("cancel_grace", settings.cancel_grace),
+        ("hosts", settings.docker_hosts),
+        ("docker_hosts", settings.docker_hosts),
+        ("default_image", settings.default_image or None),
+        ("image", settings.default_image or None),
+    ):
+        if name in params and value is not None:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def make_store(url: str) -> Any:
+    from schedulearn.store import SqlStore
+
+    return SqlStore(url)
+
+
+class Subscription:
+    """One subscriber's queue of events; iterate it, `close()` it when done."""
+
+    def __init__(self, hub: EventHub, maxsize: int):
+        self.hub = hub
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize)
+        self.closed = False
+
+    def put(self, event: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:  # a subscriber that does not read loses its subscription
+            log.warning("events: a subscriber fell %d events behind; dropping it", self.queue.maxsize)
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.hub.subscribers.discard(self)
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(None)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        if self.closed and self.queue.empty():
+            raise StopAsyncIteration
+        event = await self.queue.get()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        return await asyncio.wait_for(self.__anext__(), timeout)
+
+
+class EventHub:
+    """Fans events out to subscribers, on the loop's thread whatever thread emits them."""
+
+    def __init__(self, maxsize: int = 10_000):
+        self.subscribers: set[Subscription] = set()
+        self.maxsize = maxsize
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.seq = 0
+
+    def subscribe(self) -> Subscription:
+        sub = Subscription(self, self.maxsize)
+        self.subscribers.add(sub)
+        return sub
+
+    def publish(self, event: dict[str, Any]) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self._deliver, event)
+                return
+        self._deliver(event)
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        self.seq += 1
+        event = {**event, "seq": self.seq}
+        for sub in list(self.subscribers):
+            sub.put(event)
+
+    def close(self) -> None:
+        for sub in list(self.subscribers):
+            sub.close()
+
+
+class SchedulerManager:
+    """The embedded scheduler: engine + store + executor + inventory + event fan-out."""
+
+    remote = False
+
+    def __init__(self, settings: Settings, store: Any = None, executor: Any = None,
+                 nodes: list[Node] | None = None):
+        settings.validate()
+        self.settings = settings
+        self.store = store if store is not None else (make_store(settings.store_url) if settings.store_url
+                                                      else None)
+        self.executor = executor if executor is not None else make_executor(settings)
+        self.nodes = nodes if nodes is not None else discover_nodes(settings)
+        self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
+        self.hub = EventHub()
+        self.engine.listeners.append(self._on_engine_event)
+        self._tasks: list[asyncio.Task] = []
+        self.started = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start the round loop (and the inventory refresh) as tasks on `loop` (default: the
+        running loop). Safe to call before that loop runs."""
+        if self.started:
+            return
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        self.hub.loop = loop
+        self.started = True
+        self._tasks.append(loop.create_task(self._run_engine(), name="schedulearn-engine"))
+        if self.settings.inventory_interval > 0:
+            self._tasks.append(loop.create_task(self._refresh_inventory(), name="schedulearn-inventory"))
+
+    async def _run_engine(self) -> None:
+        while not self.engine.closed:
+            try:
+                await self.engine.run(RealClock(self.settings.tick))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop itself (not a round) failed: log, breathe, go on
+                log.exception("schedulearn: the round loop failed; restarting it")
+                await asyncio.sleep(self.settings.tick)
+
+    async def _refresh_inventory(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.inventory_interval)
+            try:
+                self.refresh_inventory()
+            except Exception:
+                log.exception("schedulearn: inventory refresh failed")
+
+    def refresh_inventory(self) -> None:
+        nodes = discover_nodes(self.settings)
+        if _shape(nodes) != _shape(self.engine.nodes):
+            self.engine.set_nodes(nodes)  # the engine emits an inventory event
+            return
+        changed = False
+        for old, new in zip(self.engine.nodes, nodes, strict=True):
+            for g_old, g_new in zip(old.gpus, new.gpus, strict=True):
+                now = (g_new.memory_used_mb, g_new.utilization, g_new.memory_total_mb)
+                if now != (g_old.memory_used_mb, g_old.utilization, g_old.memory_total_mb):
+                    g_old.memory_used_mb, g_old.utilization, g_old.memory_total_mb = now
+                    changed = True
+        if changed:
+            self._on_engine_event({"type": "inventory"})
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        self.engine.close()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.hub.close()
+        if self.store is not None and hasattr(self.store, "close"):
+            self.store.close()
+        self.started = False
+
+    def _on_engine_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "inventory":
+            event = {**event, **self._gpus()}
+        self.hub.publish(event)
+
+    # -- the API ------------------------------------------------------------------------------
+    async def policies(self) -> list[dict[str, str]]:
+        return policies.available()
+
+    async def policy(self) -> dict[str, str]:
+        return {"policy": self.engine.policy.name}
+
+    async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
+        if not isinstance(name, str):
+            names = ", ".join(p["name"] for p in policies.available())
+            raise ApiError(f"policy: expected one of {names}, got {name!r}")
+        try:
+            policy = self.engine.set_policy(name)
+        except SpecError as e:
+            raise ApiError(str(e)) from None
+        log.info("schedulearn: policy switched to %s by %s", policy.name, user or "?")
+        return {"policy": policy.name}
+
+    async def gpus(self) -> dict[str, Any]:
+        return self._gpus()
+
+    def _gpus(self) -> dict[str, Any]:
+        owner: dict[tuple[str, int], int] = {}
+        for job in self.engine.active.values():
+            for node, indices in job.alloc.items():
+                for i in indices:
+                    owner[(node, i)] = job.id
+        return {"nodes": [
+            {
+                "name": n.name,
+                "virtual": n.virtual,
+                "healthy": n.healthy,
+                "gpus": [
+                    {
+                        "index": g.index, "uuid": g.uuid, "name": g.name,
+                        "memory_total_mb": g.memory_total_mb, "memory_used_mb": g.memory_used_mb,
+                        "utilization": g.utilization, "job_id": owner.get((n.name, g.index)),
+                    }
+                    for g in n.gpus
+                ],
+            }
+            for n in self.engine.nodes
+        ]}
+
+    async def submit(self, data: Any, user: str) -> dict[str, Any]:
+        """Queue a job from a JobSpec dict; the caller's user name is recorded on it."""
+        if not isinstance(data, dict):
+            raise ApiError("body: expected a JSON object (a JobSpec)")
+        data = {**data, "user": user}
+        if self.settings.executor == "docker" and not data.get("image") and self.settings.default_image:
+            data["image"] = self.settings.default_image
+        try:
+            spec = JobSpec.parse(data)
+            job = self.engine.submit(spec)
+        except SpecError as e:
+            raise ApiError(str(e)) from None
+        return job.to_dict(self.engine.clock())
+
+    async def list_jobs(self, state: str | None = None, user: str | None = None,
+                        limit: Any = None) -> dict[str, Any]:
+        if state is not None and state not in STATES:
+            raise ApiError(f"state: expected one of {', '.join(STATES)}, got {state!r}")
+        n = _as_count("limit", limit)
+        jobs = self.engine.jobs.values()  # in id order (restored sorted, then appended)
+        if state is not None:
+            if state in ("queued", "running"):
+                jobs = (j for j in self.engine.active.values() if j.state.value == state)
+            else:
+                jobs = (j for j in jobs if j.state.value == state)
+        if user is not None:
+            jobs = (j for j in jobs if j.spec.user == user)
+        chosen = list(jobs)
+        if n is not None:
+            chosen = chosen[-n:] if n else []
+        now = self.engine.clock()
+        return {"jobs": [j.to_dict(now) for j in chosen]}
+
+    def _job(self, job_id: Any) -> Job:
+        jid = _as_id(job_id)
+        try:
+            return self.engine.get(jid)
+        except JobNotFound as e:
+            raise NotFound(str(e)) from None
+
+    async def get_job(self, job_id: Any) -> dict[str, Any]:
+        return self._job(job_id).to_dict(self.engine.clock())
+
+    async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
+        job = self._job(job_id)
+        if self.settings.check_owner and job.spec.user and user != job.spec.user:
+            raise Forbidden(f"job {job.id}: belongs to {job.spec.user!r}; only they may cancel it")
+        try:
+            self.engine.cancel(job.id)
+        except JobFinished as e:
+            raise Conflict(str(e)) from None
+        return job.to_dict(self.engine.clock())
+
+    def job_dir(self, job_id: int) -> Path:
+        fn = getattr(self.executor, "job_dir", None)
+        if callable(fn):
+            return Path(fn(job_id))
+        return Path(self.settings.job_root or ".") / str(job_id)
+
+    async def logs(self, job_id: Any, tail: Any = None) -> str:
+        job = self._job(job_id)
+        n = _as_count("tail", tail)
+        fn = getattr(self.executor, "logs", None)
+        if callable(fn):
+            text = fn(job.id, n)
+            if inspect.isawaitable(text):
+                text = await text
+            return text or ""
+        from schedulearn import joblogs
+
+        return joblogs.tail(self.job_dir(job.id) / LOG_NAME, n)
+
+    async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
+        """The log (its last `tail` lines, or all of it), then its lines as they come, until
+        the job is over."""
+        job = self._job(job_id)
+        n = _as_count("tail", tail)
+        return self._follow(job, n)
+
+    async def _follow(self, job: Job, n: int | None) -> AsyncIterator[str]:
+        from schedulearn import joblogs
+
+        path = self.job_dir(job.id) / LOG_NAME
+        if n is not None:  # the tail now, then what comes after it
+            head = joblogs.tail(path, n)
+            if head:
+                yield head
+            async for line in joblogs.afollow(path, lambda: job.state.final, from_start=False,
+                                              interval=0.1):
+                yield line
+            return
+        async for line in joblogs.afollow(path, lambda: job.state.final, interval=0.1):
+            yield line
+
+    async def result(self, job_id: Any) -> bytes:
+        job = self._job(job_id)
+        path = self.job_dir(job.id) / RESULT_NAME
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"result: job {job.id} has no result (yet); state {job.state.value}") from None
+
+    def subscribe(self) -> Subscription:
+        return self.hub.subscribe()
+
+    async def hello(self) -> dict[str, Any]:
+        """The first message on the events socket: where things stand."""
+        return {"type": "hello", "policy": self.engine.policy.name,
+                "active": [j.id for j in self.engine.active.values()], "seq": self.hub.seq}
+
+
+def _shape(nodes: list[Node]) -> list[tuple[Any, ...]]:
+    return [(n.name, n.healthy, n.virtual, tuple(g.uuid or g.index for g in n.gpus)) for n in nodes]
+
+
+def _as_id(value: Any) -> int:
+    try:
+        jid = int(value)
+        if jid < 1 or str(value).strip() != str(jid):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise NotFound(f"job: no job with id {value!r}") from None
+    return jid
+
+
+def _as_count(name: str, value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        n = int(value)
+        if n < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ApiError(f"{name}: expected an integer >= 0, got {value!r}") from None
+    return n

@@ -1,0 +1,227 @@
+"""The OpenAPI 3.1 document of the API (served as `openapi.json`). The JobSpec schema is the core
+model's own (pydantic), so the document cannot drift from what the server validates."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from schedulearn import __version__
+from schedulearn.model import JobSpec, JobState
+
+STATES = [s.value for s in JobState]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_NULLABLE_NUM = {"type": ["number", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+
+JOB = {
+    "type": "object",
+    "required": ["id", "spec", "name", "user", "state", "submit_time", "gpus", "alloc", "restarts",
+                 "reason"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 1},
+        "spec": _ref("JobSpec"),
+        "name": {"type": "string"},
+        "user": {"type": "string"},
+        "state": {"type": "string", "enum": STATES},
+        "submit_time": {"type": "number"},
+        "start_time": _NULLABLE_NUM,
+        "end_time": _NULLABLE_NUM,
+        "gpus": {"type": "integer", "minimum": 0},
+        "alloc": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+        "restarts": {"type": "integer", "minimum": 0},
+        "exit_code": _NULLABLE_INT,
+        "reason": {"type": "string"},
+        "attained_gpu_s": {"type": "number"},
+        "run_s": {"type": "number"},
+    },
+}
+
+GPU = {
+    "type": "object",
+    "required": ["index", "uuid", "name", "memory_total_mb", "memory_used_mb", "utilization", "job_id"],
+    "properties": {
+        "index": {"type": "integer"},
+        "uuid": {"type": "string"},
+        "name": {"type": "string"},
+        "memory_total_mb": {"type": "integer"},
+        "memory_used_mb": {"type": "integer"},
+        "utilization": {"type": "number"},
+        "job_id": _NULLABLE_INT,
+    },
+}
+
+NODES = {
+    "type": "object",
+    "required": ["nodes"],
+    "properties": {"nodes": {"type": "array", "items": {
+        "type": "object",
+        "required": ["name", "virtual", "gpus"],
+        "properties": {
+            "name": {"type": "string"},
+            "virtual": {"type": "boolean"},
+            "healthy": {"type": "boolean"},
+            "gpus": {"type": "array", "items": _ref("Gpu")},
+        },
+    }}},
+}
+
+JOB_ID = {"name": "job_id", "in": "path", "required": True,
+          "schema": {"type": "integer", "minimum": 1}, "description": "The job's id"}
+
+E400 = _error("Invalid input: `{\"error\": \"<field>: <what is allowed>\"}`")
+E403 = _error("No or a wrong token; or (DELETE) the job is another user's")
+E404 = _error("No such job (or no result yet)")
+E413 = _error("Request body too large")
+
+
+def _spec_schemas() -> dict[str, Any]:
+    schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    return {"JobSpec": schema, **defs}
+
+
+@cache
+def _document() -> dict[str, Any]:
+    auth = [{"token": []}]
+    paths: dict[str, Any] = {
+        "/policies": {"get": {
+            "operationId": "listPolicies", "summary": "The scheduling policies that can be chosen",
+            "responses": {"200": _json({"type": "array", "items": _ref("PolicyInfo")}, "Policies"),
+                          "403": E403},
+        }},
+        "/policy": {
+            "get": {"operationId": "getPolicy", "summary": "The policy in force",
+                    "responses": {"200": _json(_ref("Policy"), "The policy"), "403": E403}},
+            "put": {"operationId": "setPolicy", "summary": "Switch the policy (from the next round on)",
+                    "requestBody": {"required": True,
+                                    "content": {"application/json": {"schema": _ref("Policy")}}},
+                    "responses": {"200": _json(_ref("Policy"), "The new policy"),
+                                  "400": _error("Unknown policy: the message lists the names"),
+                                  "403": E403, "413": E413}},
+        },
+        "/gpus": {"get": {
+            "operationId": "listGpus", "summary": "The GPU inventory and which job holds each GPU",
+            "responses": {"200": _json(_ref("Nodes"), "Nodes and their GPUs"), "403": E403},
+        }},
+        "/jobs": {
+            "get": {
+                "operationId": "listJobs", "summary": "Jobs, oldest first",
+                "parameters": [
+                    {"name": "state", "in": "query", "required": False,
+                     "schema": {"type": "string", "enum": STATES}},
+                    {"name": "user", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 0},
+                     "description": "Only the newest `limit` jobs"},
+                ],
+                "responses": {"200": _json({"type": "object", "required": ["jobs"],
+                                            "properties": {"jobs": {"type": "array", "items": _ref("Job")}}},
+                                           "The jobs"),
+                              "400": E400, "403": E403},
+            },
+            "post": {
+                "operationId": "submitJob",
+                "summary": "Queue a job (the caller's user name is recorded as spec.user)",
+                "requestBody": {"required": True,
+                                "content": {"application/json": {"schema": _ref("JobSpec")}}},
+                "responses": {"201": _json(_ref("Job"), "The queued job"), "400": E400, "403": E403,
+                              "413": E413},
+            },
+        },
+        "/jobs/{job_id}": {
+            "parameters": [JOB_ID],
+            "get": {"operationId": "getJob", "summary": "One job",
+                    "responses": {"200": _json(_ref("Job"), "The job"), "403": E403, "404": E404}},
+            "delete": {"operationId": "cancelJob", "summary": "Cancel a job",
+                       "responses": {"200": _json(_ref("Job"), "The job (cancelled, or stopping)"),
+                                     "403": E403, "404": E404,
+                                     "409": _error("The job has already finished")}},
+        },
+        "/jobs/{job_id}/logs": {
+            "parameters": [JOB_ID],
+            "get": {
+                "operationId": "getJobLogs", "summary": "The job's log (all runs of it)",
+                "parameters": [
+                    {"name": "tail", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 0}, "description": "Only the last N lines"},
+                    {"name": "follow", "in": "query", "required": False,
+                     "schema": {"type": "integer", "enum": [0, 1]},
+                     "description": "1: stream the log as it grows until the job ends"},
+                ],
+                "responses": {"200": {"description": "The log text",
+                                      "content": {"text/plain": {"schema": {"type": "string"}}}},
+                              "400": E400, "403": E403, "404": E404},
+            },
+        },
+        "/jobs/{job_id}/result": {
+            "parameters": [JOB_ID],
+            "get": {
+                "operationId": "getJobResult",
+                "summary": "The pickled result the job wrote (job_dir/result.pkl; the magics use it)",
+                "responses": {"200": {"description": "Pickle bytes",
+                                      "content": {"application/octet-stream": {
+                                          "schema": {"type": "string", "format": "binary"}}}},
+                              "403": E403, "404": E404},
+            },
+        },
+        "/events": {"get": {
+            "operationId": "events",
+            "summary": "WebSocket: a `hello`, then job state changes, policy changes and inventory "
+                       "updates as JSON messages (`type`: job | policy | inventory)",
+            "responses": {"101": {"description": "Switching to the WebSocket protocol"}, "403": E403},
+        }},
+        "/openapi.json": {"get": {
+            "operationId": "openapi", "summary": "This document",
+            "responses": {"200": _json({"type": "object"}, "The OpenAPI document"), "403": E403},
+        }},
+    }
+    for item in paths.values():
+        for method, op in item.items():
+            if method != "parameters":
+                op["security"] = auth
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Schedulearn API", "version": __version__,
+                 "description": "Schedule deep-learning jobs on shared GPUs. Authenticate with the "
+                                "Jupyter server's (or `schedulearn serve`'s) token: "
+                                "`Authorization: token <TOKEN>`."},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"token": {"type": "apiKey", "in": "header", "name": "Authorization",
+                                          "description": "`token <TOKEN>`"}},
+            "schemas": {
+                **_spec_schemas(),
+                "Job": JOB,
+                "Gpu": GPU,
+                "Nodes": NODES,
+                "Policy": {"type": "object", "required": ["policy"],
+                           "properties": {"policy": {"type": "string"}}},
+                "PolicyInfo": {"type": "object", "required": ["name", "description"],
+                               "properties": {"name": {"type": "string"},
+                                              "description": {"type": "string"}}},
+                "Error": {"type": "object", "required": ["error"],
+                          "properties": {"error": {"type": "string"}}},
+            },
+        },
+    }
+
+
+def openapi_document(api_base: str = "/schedulearn/api/") -> dict[str, Any]:
+    """The document, with `servers` pointing at `api_base` (the API's root path or URL)."""
+    doc = dict(_document())
+    doc["servers"] = [{"url": api_base.rstrip("/")}]
+    return doc

@@ -1,0 +1,226 @@
+"""The API's routes as tornado mixins, shared by the Jupyter extension (handlers.py) and the
+standalone server (`schedulearn serve`). Each handler is a few lines: read the request, call
+the manager, write JSON. A base class supplies `manager`, authentication and `user_name()`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from tornado import iostream, web, websocket
+
+from .manager import ApiError
+
+log = logging.getLogger("schedulearn.server")
+
+API_PREFIX = "schedulearn/api"
+#: the largest request body accepted (a job spec with a bundled notebook cell fits easily)
+MAX_BODY = 4 * 1024 * 1024
+TEXT = "text/plain; charset=UTF-8"
+
+
+class ApiMixin:
+    """JSON in and out; errors as `{"error": "<field>: <what is allowed>"}`."""
+
+    manager: Any
+
+    def prepare(self):  # type: ignore[override]
+        length = self.request.headers.get("Content-Length")
+        if (length and length.isdigit() and int(length) > MAX_BODY) or len(self.request.body or b"") > MAX_BODY:
+            raise ApiError(f"body: at most {MAX_BODY} bytes", 413)
+        return super().prepare()  # type: ignore[misc]
+
+    def user_name(self) -> str:
+        raise NotImplementedError
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"null")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(f"body: invalid JSON ({e})") from None
+
+    def send_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(data))
+
+    def finish_as(self, data: str | bytes, content_type: str) -> Any:
+        """Finish with a body that is not JSON (the Jupyter base forces JSON otherwise)."""
+        self.set_header("Content-Type", content_type)
+        return self.finish(data)
+
+    def log_exception(self, typ, value, tb):  # type: ignore[override]
+        if isinstance(value, ApiError):
+            log.debug("%s %s -> %s %s", self.request.method, self.request.uri, value.status, value)
+            return
+        super().log_exception(typ, value, tb)  # type: ignore[misc]
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:  # type: ignore[override]
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, ApiError):
+            self.set_status(exc.status)
+            message = str(exc)
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            message = self._reason  # type: ignore[attr-defined]
+        self.clear_header("Content-Type")
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"error": message}))
+
+
+class PoliciesHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.policies())
+
+
+class PolicyHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.policy())
+
+    @web.authenticated
+    async def put(self):
+        body = self.json_body()
+        name = body.get("policy") if isinstance(body, dict) else None
+        self.send_json(await self.manager.set_policy(name, self.user_name()))
+
+
+class GpusHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.gpus())
+
+
+class JobsHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.list_jobs(
+            state=self.get_query_argument("state", None),
+            user=self.get_query_argument("user", None),
+            limit=self.get_query_argument("limit", None),
+        ))
+
+    @web.authenticated
+    async def post(self):
+        job = await self.manager.submit(self.json_body(), self.user_name())
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{job['id']}")
+        self.send_json(job, 201)
+
+
+class JobHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        self.send_json(await self.manager.get_job(job_id))
+
+    @web.authenticated
+    async def delete(self, job_id: str):
+        self.send_json(await self.manager.cancel(job_id, self.user_name()))
+
+
+class LogsHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        tail = self.get_query_argument("tail", None)
+        follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
+        if not follow:
+            text = await self.manager.logs(job_id, tail)
+            self.finish_as(text, TEXT)
+            return
+        lines = await self.manager.follow_logs(job_id, tail)
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        try:
+            async for chunk in lines:
+                self.write(chunk)
+                await self.flush()
+        except iostream.StreamClosedError:
+            return  # the client went away
+        finally:
+            await lines.aclose()
+        self.finish_as("", TEXT)
+
+
+class ResultHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        data = await self.manager.result(job_id)
+        self.finish_as(data, "application/octet-stream")
+
+
+class OpenApiHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        from .openapi import openapi_document
+
+        self.send_json(openapi_document(self.api_base))
+
+    @property
+    def api_base(self) -> str:
+        path = self.request.path
+        return path[: -len("openapi.json")]
+
+
+class NotFoundHandler(ApiMixin):
+    """Anything else under the API prefix: a JSON 404 (for an authenticated caller)."""
+
+    @web.authenticated
+    async def get(self, *args):
+        raise ApiError(f"path: no route {self.request.path}", 404)
+
+    post = put = delete = patch = get
+
+
+class EventsMixin:
+    """The `events` websocket: a `hello`, then every job, policy and inventory event.
+    Subclasses authenticate in `get` before calling `super().get()`."""
+
+    manager: Any
+    subscription: Any = None
+    _pump: Any = None
+
+    async def open(self, *args, **kwargs):
+        import asyncio
+
+        sub = self.manager.subscribe()
+        if hasattr(sub, "__await__"):
+            sub = await sub
+        self.subscription = sub
+        hello = await self.manager.hello()
+        self.write_message(json.dumps(hello))
+        self._pump = asyncio.ensure_future(self._forward())
+
+    async def _forward(self):
+        try:
+            async for event in self.subscription:
+                self.write_message(json.dumps(event))
+        except websocket.WebSocketClosedError:
+            pass
+        finally:
+            self.close()
+
+    def on_message(self, message):  # the socket is one-way; pings are answered by tornado
+        pass
+
+    def on_close(self):
+        if self.subscription is not None:
+            self.subscription.close()
+        if self._pump is not None:
+            self._pump.cancel()
+
+
+#: (path under the API prefix, handler mixin) — the route table of both servers.
+ROUTES: list[tuple[str, type]] = [
+    (r"policies", PoliciesHandler),
+    (r"policy", PolicyHandler),
+    (r"gpus", GpusHandler),
+    (r"jobs", JobsHandler),
+    (r"jobs/(\d+)", JobHandler),
+    (r"jobs/(\d+)/logs", LogsHandler),
+    (r"jobs/(\d+)/result", ResultHandler),
+    (r"openapi\.json", OpenApiHandler),
+]

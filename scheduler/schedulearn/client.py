@@ -1,0 +1,184 @@
+"""An HTTP client of the Schedulearn API (the Jupyter extension's or `schedulearn serve`'s).
+
+Where the server is, first found wins:
+1. the `url` / `token` arguments (the CLI's `--url` / `--token`);
+2. the environment: `SCHEDULEARN_URL`, `SCHEDULEARN_TOKEN` (a Jupyter server with the extension
+   sets both for the kernels it starts);
+3. the runtime file `schedulearn-server.json` that the extension writes into
+   `jupyter_runtime_dir()` (per-pid `schedulearn-server-<pid>.json` files name other running
+   servers; files of dead processes are skipped).
+
+`url` is the server's base URL (`http://host:8888/` or `http://host:8888/user/alice/`); the API
+lives under `schedulearn/api/` below it. Standard library only: the kernel magics use it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+RUNTIME_FILE = "schedulearn-server.json"
+API_PATH = "schedulearn/api/"
+URL_ENV = "SCHEDULEARN_URL"
+TOKEN_ENV = "SCHEDULEARN_TOKEN"
+
+
+class ClientError(RuntimeError):
+    """The server refused a request (`status`, one-line message) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def runtime_dir() -> Path:
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        return Path(jupyter_runtime_dir())
+    except ImportError:
+        return Path(os.environ.get("JUPYTER_RUNTIME_DIR")
+                    or Path.home() / ".local" / "share" / "jupyter" / "runtime")
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # cannot tell: keep it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_server(folder: Path | None = None) -> dict[str, Any] | None:
+    """The running server's `{"url", "token", ...}` from the runtime directory, or None."""
+    folder = folder or runtime_dir()
+    main = folder / RUNTIME_FILE
+    candidates = [main] + sorted(folder.glob("schedulearn-server-*.json"),
+                                 key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True)
+    for path in candidates:
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict) and info.get("url") and _alive(info.get("pid")):
+            info["source"] = str(path)
+            return info
+    return None
+
+
+def api_url(url: str) -> str:
+    """The API root for a server base URL (already an API URL is kept)."""
+    if not url.startswith(("http://", "https://")):
+        raise ClientError(f"url: expected http(s)://host:port/..., got {url!r}")
+    url = url if url.endswith("/") else url + "/"
+    return url if url.endswith(API_PATH) else url + API_PATH
+
+
+def resolve(url: str | None = None, token: str | None = None) -> tuple[str, str, str]:
+    """(API URL, token, where they came from)."""
+    if url:
+        return api_url(url), token if token is not None else os.environ.get(TOKEN_ENV, ""), "arguments"
+    if os.environ.get(URL_ENV):
+        return api_url(os.environ[URL_ENV]), token if token is not None else os.environ.get(TOKEN_ENV, ""), \
+            "environment"
+    info = find_server()
+    if info is None:
+        raise ClientError(
+            "url: no Schedulearn server found; pass --url/--token, set SCHEDULEARN_URL and "
+            f"SCHEDULEARN_TOKEN, or start Jupyter with the extension (runtime dir {runtime_dir()})")
+    return api_url(info["url"]), token if token is not None else info.get("token", ""), info["source"]
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+        self.api, self.token, self.source = resolve(url, token)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Client({self.api!r}, from {self.source})"
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _open(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+              timeout: float | None = None):
+        url = self.api + path.lstrip("/")
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"token {self.token}"
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = raw.decode("utf-8", "replace").strip()[:300] or e.reason
+            raise ClientError(f"{message} (HTTP {e.code})", e.code) from None
+        except urllib.error.URLError as e:
+            raise ClientError(f"url: cannot reach {self.api} ({e.reason})") from None
+
+    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        with self._open(method, path, body, params) as resp:
+            raw = resp.read()
+            if "json" in resp.headers.get("Content-Type", ""):
+                return json.loads(raw) if raw else None
+            return raw
+
+    # -- the API -------------------------------------------------------------------------------
+    def policies(self) -> list[dict[str, str]]:
+        return self.request("GET", "policies")
+
+    def policy(self) -> str:
+        return self.request("GET", "policy")["policy"]
+
+    def set_policy(self, name: str) -> str:
+        return self.request("PUT", "policy", {"policy": name})["policy"]
+
+    def gpus(self) -> dict[str, Any]:
+        return self.request("GET", "gpus")
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "jobs", spec)
+
+    def jobs(self, state: str | None = None, user: str | None = None, limit: int | None = None) -> list[dict]:
+        return self.request("GET", "jobs", params={"state": state, "user": user, "limit": limit})["jobs"]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"jobs/{int(job_id)}")
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("DELETE", f"jobs/{int(job_id)}")
+
+    def logs(self, job_id: int, tail: int | None = None) -> str:
+        return self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail}).decode("utf-8", "replace")
+
+    def follow(self, job_id: int, tail: int | None = None, timeout: float | None = None) -> Iterator[str]:
+        """The log's lines as the job writes them, until it ends."""
+        resp = self._open("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail, "follow": 1},
+                          timeout=timeout or 24 * 3600)
+        with resp:
+            for line in resp:
+                yield line.decode("utf-8", "replace")
+
+    def result(self, job_id: int) -> bytes:
+        return self.request("GET", f"jobs/{int(job_id)}/result")
+
+    def openapi(self) -> dict[str, Any]:
+        return self.request("GET", "openapi.json")

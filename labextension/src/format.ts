@@ -1,0 +1,76 @@
+/** Pure formatting helpers (no JupyterLab imports, so they are unit-tested under plain Node). */
+import { Allocation, FINAL_STATES, IJob, JobState } from './types';
+
+export function isFinal(state: JobState): boolean {
+  return FINAL_STATES.includes(state);
+}
+
+/** `75s` → `1m 15s`; hours and days for long waits. */
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds) || seconds < 0) {
+    return '–';
+  }
+  const s = Math.round(seconds);
+  if (s < 60) {
+    return `${s}s`;
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m}m ${s % 60}s`;
+  }
+  const h = Math.floor(m / 60);
+  if (h < 24) {
+    return `${h}h ${m % 60}m`;
+  }
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+/** Seconds a job waited in the queue (until its first start, or until now). */
+export function waited(job: IJob, now: number): number {
+  const until = job.start_time ?? job.end_time ?? now;
+  return Math.max(0, until - job.submit_time);
+}
+
+/** Seconds a job has run (server figure when given, else from its start and end). */
+export function ran(job: IJob, now: number): number | null {
+  if (job.run_s !== undefined && job.run_s !== null) {
+    return job.run_s;
+  }
+  if (job.start_time === null) {
+    return null;
+  }
+  return Math.max(0, (job.end_time ?? now) - job.start_time);
+}
+
+/** `{"node0": [0, 1]}` → `node0:0,1`. */
+export function formatAlloc(alloc: Allocation | undefined): string {
+  if (!alloc) {
+    return '';
+  }
+  return Object.keys(alloc)
+    .sort()
+    .filter(node => alloc[node].length > 0)
+    .map(node => `${node}:${alloc[node].join(',')}`)
+    .join(' ');
+}
+
+/** The GPUs a job asked for: `2`, or `auto`. */
+export function requestedGpus(job: IJob): string {
+  const g = job.spec?.gpus;
+  return g === undefined ? String(job.gpus) : String(g);
+}
+
+/** Utilisation as a percentage 0-100 (NVML reports percent; a fraction is accepted). */
+export function utilisationPercent(u: number | null | undefined): number {
+  if (u === null || u === undefined || !isFinite(u) || u < 0) {
+    return 0;
+  }
+  const pct = u <= 1 ? u * 100 : u;
+  return Math.min(100, pct);
+}
+
+/** A stable, readable colour per job id (golden-angle hues). */
+export function jobColour(id: number): string {
+  const hue = (id * 137.508) % 360;
+  return `hsl(${hue.toFixed(0)}, 60%, 55%)`;
+}

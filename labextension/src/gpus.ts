@@ -1,0 +1,60 @@
+/** The GPU grid: per host, a card per GPU with utilisation and memory bars and its job. */
+import { h, meter } from './dom';
+import { jobColour, utilisationPercent } from './format';
+import { IJob, INode } from './types';
+
+export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
+  const byId = new Map(jobs.map(j => [j.id, j]));
+  const root = h('div', { class: 'jp-schedulearn-gpus' });
+  if (nodes.length === 0) {
+    root.append(h('div', { class: 'jp-schedulearn-empty' }, 'No GPUs found (configure virtual GPUs or hosts).'));
+    return root;
+  }
+  for (const node of nodes) {
+    const busy = node.gpus.filter(g => g.job_id !== null && g.job_id !== undefined).length;
+    const header = h(
+      'div',
+      { class: 'jp-schedulearn-node-header' },
+      h('span', { class: 'jp-schedulearn-node-name' }, node.name),
+      node.virtual ? h('span', { class: 'jp-schedulearn-badge', title: 'declared virtual GPUs (no NVML)' }, 'virtual') : null,
+      node.healthy === false ? h('span', { class: 'jp-schedulearn-badge jp-mod-error' }, 'unhealthy') : null,
+      h('span', { class: 'jp-schedulearn-node-usage' }, `${busy}/${node.gpus.length} busy`)
+    );
+    const grid = h('div', { class: 'jp-schedulearn-gpu-grid' });
+    for (const gpu of node.gpus) {
+      const held = gpu.job_id !== null && gpu.job_id !== undefined;
+      const job = held ? byId.get(gpu.job_id as number) : undefined;
+      const util = utilisationPercent(gpu.utilization);
+      const memPct = gpu.memory_total_mb > 0 ? (100 * gpu.memory_used_mb) / gpu.memory_total_mb : 0;
+      const memLabel =
+        gpu.memory_total_mb > 0
+          ? `${(gpu.memory_used_mb / 1024).toFixed(1)}/${(gpu.memory_total_mb / 1024).toFixed(0)} GiB`
+          : 'mem n/a';
+      const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : 'idle';
+      const card = h(
+        'div',
+        {
+          class: `jp-schedulearn-gpu${held ? ' jp-mod-busy' : ''}${node.virtual || gpu.virtual ? ' jp-mod-virtual' : ''}`,
+          'data-node': node.name,
+          'data-index': gpu.index,
+          'data-job-id': held ? gpu.job_id ?? undefined : undefined,
+          title: `${node.name} GPU ${gpu.index}: ${gpu.name}${gpu.uuid ? ` (${gpu.uuid})` : ''}`
+        },
+        h('div', { class: 'jp-schedulearn-gpu-title' }, `GPU ${gpu.index}`),
+        meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
+        meter('jp-schedulearn-mem', memPct, memLabel),
+        h(
+          'div',
+          {
+            class: 'jp-schedulearn-gpu-job',
+            style: held ? `border-left-color: ${jobColour(gpu.job_id as number)}` : undefined
+          },
+          jobLabel
+        )
+      );
+      grid.append(card);
+    }
+    root.append(h('div', { class: 'jp-schedulearn-node', 'data-node': node.name }, header, grid));
+  }
+  return root;
+}

@@ -1,0 +1,81 @@
+/** The jobs table: state, user, GPUs, waited, ran; Cancel and Logs actions. */
+import { h } from './dom';
+import { formatAlloc, formatDuration, isFinal, jobColour, ran, requestedGpus, waited } from './format';
+import { IJob } from './types';
+
+export interface IJobActions {
+  cancel(job: IJob): void;
+  logs(job: IJob): void;
+}
+
+const ORDER: Record<string, number> = { running: 0, queued: 1 };
+
+/** Active jobs first (running, then queued, by id), then finished ones, newest first. */
+export function sortJobs(jobs: IJob[]): IJob[] {
+  return [...jobs].sort((a, b) => {
+    const oa = ORDER[a.state] ?? 2;
+    const ob = ORDER[b.state] ?? 2;
+    if (oa !== ob) {
+      return oa - ob;
+    }
+    if (oa < 2) {
+      return a.id - b.id;
+    }
+    return (b.end_time ?? 0) - (a.end_time ?? 0) || b.id - a.id;
+  });
+}
+
+export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions, limit = 50): HTMLElement {
+  const root = h('div', { class: 'jp-schedulearn-jobs' });
+  if (jobs.length === 0) {
+    root.append(h('div', { class: 'jp-schedulearn-empty' }, 'No jobs yet. Submit one with %%schedulearn.'));
+    return root;
+  }
+  const sorted = sortJobs(jobs);
+  const shown = sorted.slice(0, limit);
+  const head = h(
+    'tr',
+    {},
+    ...['#', 'name', 'state', 'user', 'GPUs', 'waited', 'ran', ''].map(t => h('th', {}, t))
+  );
+  const body = h('tbody', {});
+  for (const job of shown) {
+    const cancel = h(
+      'button',
+      {
+        class: 'jp-schedulearn-cancel jp-mod-styled jp-mod-warn',
+        title: `Cancel job #${job.id}`,
+        disabled: isFinal(job.state)
+      },
+      'Cancel'
+    );
+    cancel.addEventListener('click', () => actions.cancel(job));
+    const logs = h(
+      'button',
+      { class: 'jp-schedulearn-logs jp-mod-styled', title: `Show the log of job #${job.id}` },
+      'Logs'
+    );
+    logs.addEventListener('click', () => actions.logs(job));
+    const gpus = job.gpus > 0 ? String(job.gpus) : requestedGpus(job);
+    const where = formatAlloc(job.alloc);
+    body.append(
+      h(
+        'tr',
+        { class: `jp-schedulearn-job jp-mod-${job.state}`, 'data-job-id': job.id, 'data-state': job.state },
+        h('td', { style: `border-left: 3px solid ${jobColour(job.id)}` }, String(job.id)),
+        h('td', { class: 'jp-schedulearn-job-name', title: job.reason || job.name }, job.name),
+        h('td', {}, h('span', { class: `jp-schedulearn-state jp-mod-${job.state}` }, job.state)),
+        h('td', {}, job.user || '–'),
+        h('td', { title: where || undefined }, gpus),
+        h('td', {}, formatDuration(waited(job, now))),
+        h('td', {}, formatDuration(ran(job, now))),
+        h('td', { class: 'jp-schedulearn-actions' }, logs, isFinal(job.state) ? null : cancel)
+      )
+    );
+  }
+  root.append(h('table', { class: 'jp-schedulearn-table' }, h('thead', {}, head), body));
+  if (sorted.length > shown.length) {
+    root.append(h('div', { class: 'jp-schedulearn-more' }, `${sorted.length - shown.length} older jobs not shown`));
+  }
+  return root;
+}

@@ -1,0 +1,142 @@
+/** The left sidebar panel: status banner, policy selector, GPU grid, jobs table, GPU timeline. */
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { h } from './dom';
+import { renderGpuGrid } from './gpus';
+import { IJobActions, renderJobsTable } from './jobs';
+import { SchedulearnModel } from './model';
+import { computeBars, renderTimeline } from './timeline';
+
+export interface IPanelOptions extends IJobActions {
+  model: SchedulearnModel;
+  setPolicy(name: string): Promise<void>;
+  /** Hours of history the timeline shows. */
+  timelineHours: number;
+}
+
+export class SchedulearnPanel extends Widget {
+  readonly model: SchedulearnModel;
+  private _options: IPanelOptions;
+  private _banner = h('div', { class: 'jp-schedulearn-banner', hidden: true });
+  private _policy = h('select', { class: 'jp-schedulearn-policy jp-mod-styled', title: 'Scheduling policy' });
+  private _policyNote = h('div', { class: 'jp-schedulearn-policy-note' });
+  private _gpus = h('div', { class: 'jp-schedulearn-section-body' });
+  private _jobs = h('div', { class: 'jp-schedulearn-section-body' });
+  private _timeline = h('div', { class: 'jp-schedulearn-section-body jp-schedulearn-timeline' });
+  private _timelineTitle = h('span', {}, '');
+  private _updated = h('span', { class: 'jp-schedulearn-updated' });
+  private _policySwitching = false;
+
+  constructor(options: IPanelOptions) {
+    super();
+    this._options = options;
+    this.model = options.model;
+    this.id = 'schedulearn-sidebar';
+    this.addClass('jp-schedulearn-panel');
+    this.title.caption = 'Schedulearn: GPUs, jobs and policy';
+
+    this._policy.addEventListener('change', () => void this._switchPolicy(this._policy.value));
+
+    const section = (title: Node | string, body: HTMLElement, cls: string) =>
+      h('section', { class: `jp-schedulearn-section ${cls}` }, h('h3', {}, title), body);
+
+    this.node.append(
+      h('header', { class: 'jp-schedulearn-header' }, h('h2', {}, 'Schedulearn'), this._updated),
+      this._banner,
+      section(
+        'Policy',
+        h('div', { class: 'jp-schedulearn-section-body' }, this._policy, this._policyNote),
+        'jp-schedulearn-policy-section'
+      ),
+      section('GPUs', this._gpus, 'jp-schedulearn-gpus-section'),
+      section('Jobs', this._jobs, 'jp-schedulearn-jobs-section'),
+      section(this._timelineTitle, this._timeline, 'jp-schedulearn-timeline-section')
+    );
+    this.model.changed.connect(this.render, this);
+    this.render();
+  }
+
+  set timelineHours(hours: number) {
+    this._options.timelineHours = hours;
+    this.render();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.model.changed.disconnect(this.render, this);
+    super.dispose();
+  }
+
+  /** Redraws everything from the model's last snapshot. */
+  render(): void {
+    const error = this.model.error;
+    this._banner.hidden = !error;
+    this._banner.className = `jp-schedulearn-banner jp-mod-${error?.kind ?? 'ok'}`;
+    this._banner.textContent = error ? error.message : '';
+    const snap = this.model.snapshot;
+    this.node.classList.toggle('jp-mod-stale', !!error);
+    if (!snap) {
+      if (!error) {
+        this._gpus.replaceChildren(h('div', { class: 'jp-schedulearn-empty' }, 'Loading…'));
+      }
+      return;
+    }
+    this._updated.textContent = `updated ${new Date(snap.now * 1000).toLocaleTimeString()}`;
+    this._renderPolicy(snap.policy, snap.policies);
+    this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
+    this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options));
+    const hours = this._options.timelineHours;
+    this._timelineTitle.textContent = `GPU timeline (last ${hours} h)`;
+    const tl = computeBars(snap.nodes, snap.jobs, this.model.remembered, snap.now, hours * 3600);
+    const width = this.node.clientWidth || 300;
+    this._timeline.replaceChildren(renderTimeline(tl, width - 24));
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.model.refresh().catch(() => undefined);
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    this.render();
+  }
+
+  private _renderPolicy(policy: string, policies: { name: string; description: string }[]): void {
+    const names = policies.map(p => p.name);
+    if (!names.includes(policy)) {
+      names.push(policy);
+    }
+    const current = [...this._policy.options].map(o => o.value);
+    if (current.join('\n') !== names.join('\n')) {
+      this._policy.replaceChildren(
+        ...names.map(n => {
+          const desc = policies.find(p => p.name === n)?.description ?? '';
+          return h('option', { value: n, title: desc }, n);
+        })
+      );
+    }
+    // Follow changes made elsewhere, unless the user is choosing right now.
+    if (!this._policySwitching && this._policy.value !== policy) {
+      this._policy.value = policy;
+    }
+    this._policy.dataset.policy = policy;
+    const desc = policies.find(p => p.name === policy)?.description ?? '';
+    this._policyNote.textContent = desc;
+  }
+
+  private async _switchPolicy(name: string): Promise<void> {
+    this._policySwitching = true;
+    this._policy.disabled = true;
+    try {
+      await this._options.setPolicy(name);
+    } finally {
+      this._policySwitching = false;
+      this._policy.disabled = false;
+      this.render();
+    }
+  }
+}

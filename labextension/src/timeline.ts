@@ -1,0 +1,164 @@
+/**
+ * The GPU timeline (Gantt): one row per GPU, one bar per job and GPU over the last hours.
+ * `computeBars` is pure (unit-tested); `renderTimeline` draws it as SVG.
+ */
+import { jobColour } from './format';
+import { Allocation, IJob, INode } from './types';
+
+export interface IBar {
+  row: string; // "node:index"
+  jobId: number;
+  name: string;
+  state: string;
+  start: number;
+  end: number;
+}
+
+export interface ITimeline {
+  rows: string[];
+  bars: IBar[];
+  from: number;
+  to: number;
+}
+
+/**
+ * Rows: every GPU of the inventory (plus any row a remembered allocation names).
+ * Bars: jobs whose [start, end or now] overlaps [now - span, now], on the GPUs of their
+ * allocation: the current one, the server's `last_alloc`, or one remembered by the client.
+ */
+export function computeBars(
+  nodes: INode[],
+  jobs: IJob[],
+  remembered: Map<number, Allocation>,
+  now: number,
+  spanSeconds: number
+): ITimeline {
+  const from = now - spanSeconds;
+  const rows: string[] = [];
+  const seen = new Set<string>();
+  const addRow = (r: string) => {
+    if (!seen.has(r)) {
+      seen.add(r);
+      rows.push(r);
+    }
+  };
+  for (const node of nodes) {
+    for (const gpu of node.gpus) {
+      addRow(`${node.name}:${gpu.index}`);
+    }
+  }
+  const bars: IBar[] = [];
+  for (const job of jobs) {
+    if (job.start_time === null || job.start_time === undefined) {
+      continue;
+    }
+    const end = job.end_time ?? now;
+    if (end < from || job.start_time > now) {
+      continue;
+    }
+    const alloc = pickAlloc(job, remembered);
+    if (!alloc) {
+      continue;
+    }
+    for (const node of Object.keys(alloc).sort()) {
+      for (const index of alloc[node]) {
+        const row = `${node}:${index}`;
+        addRow(row);
+        bars.push({
+          row,
+          jobId: job.id,
+          name: job.name,
+          state: job.state,
+          start: Math.max(job.start_time, from),
+          end: Math.min(end, now)
+        });
+      }
+    }
+  }
+  return { rows, bars, from, to: now };
+}
+
+function pickAlloc(job: IJob, remembered: Map<number, Allocation>): Allocation | null {
+  for (const a of [job.alloc, job.last_alloc, remembered.get(job.id)]) {
+    if (a && Object.values(a).some(v => v.length > 0)) {
+      return a;
+    }
+  }
+  return null;
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const ROW_H = 16;
+const LABEL_W = 64;
+const AXIS_H = 16;
+
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string | number>
+): SVGElementTagNameMap[K] {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    el.setAttribute(k, String(v));
+  }
+  return el;
+}
+
+function clock(t: number): string {
+  const d = new Date(t * 1000);
+  return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+}
+
+/** Draws the timeline into a fresh SVG element `width` pixels wide. */
+export function renderTimeline(tl: ITimeline, width: number): SVGSVGElement {
+  const w = Math.max(width, LABEL_W + 60);
+  const plotW = w - LABEL_W - 4;
+  const h = AXIS_H + Math.max(tl.rows.length, 1) * ROW_H + 2;
+  const root = svg('svg', { width: w, height: h, class: 'jp-schedulearn-timeline-svg' });
+  const x = (t: number) => LABEL_W + ((t - tl.from) / Math.max(tl.to - tl.from, 1)) * plotW;
+
+  // Axis: five ticks with wall-clock times.
+  for (let i = 0; i <= 4; i++) {
+    const t = tl.from + ((tl.to - tl.from) * i) / 4;
+    const tx = x(t);
+    root.appendChild(svg('line', { x1: tx, x2: tx, y1: AXIS_H - 3, y2: h, class: 'jp-schedulearn-tick' }));
+    const label = svg('text', {
+      x: tx,
+      y: AXIS_H - 5,
+      'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle',
+      class: 'jp-schedulearn-tick-label'
+    });
+    label.textContent = clock(t);
+    root.appendChild(label);
+  }
+  const rowIndex = new Map(tl.rows.map((r, i) => [r, i]));
+  tl.rows.forEach((r, i) => {
+    const label = svg('text', { x: 2, y: AXIS_H + i * ROW_H + 12, class: 'jp-schedulearn-row-label' });
+    label.textContent = r;
+    root.appendChild(label);
+  });
+  for (const bar of tl.bars) {
+    const i = rowIndex.get(bar.row) ?? 0;
+    const x0 = x(bar.start);
+    const rect = svg('rect', {
+      x: x0,
+      y: AXIS_H + i * ROW_H + 2,
+      width: Math.max(x(bar.end) - x0, 2),
+      height: ROW_H - 4,
+      rx: 2,
+      fill: jobColour(bar.jobId),
+      class: `jp-schedulearn-bar jp-mod-${bar.state}`,
+      'data-job-id': bar.jobId,
+      'data-row': bar.row
+    });
+    const title = svg('title', {});
+    title.textContent = `#${bar.jobId} ${bar.name} (${bar.state}) on ${bar.row}`;
+    rect.appendChild(title);
+    root.appendChild(rect);
+  }
+  if (tl.rows.length === 0) {
+    const t = svg('text', { x: LABEL_W, y: AXIS_H + 12, class: 'jp-schedulearn-row-label' });
+    t.textContent = 'no GPUs';
+    root.appendChild(t);
+  }
+  return root;
+}

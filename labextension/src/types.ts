@@ -1,0 +1,75 @@
+/**
+ * The wire model of the Schedulearn REST API (`{base_url}schedulearn/api/`), as the server
+ * extension serialises the core model (scheduler/schedulearn/model.py). Pure types: no imports.
+ */
+
+/** node name -> GPU indices on that node. */
+export type Allocation = Record<string, number[]>;
+
+export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+
+export const FINAL_STATES: ReadonlyArray<JobState> = ['succeeded', 'failed', 'cancelled'];
+
+export interface IGpu {
+  index: number;
+  uuid: string;
+  name: string;
+  memory_total_mb: number;
+  memory_used_mb: number;
+  /** NVML utilisation: a percentage (0-100); a fraction (0-1) is accepted too. */
+  utilization: number;
+  job_id: number | null;
+  virtual?: boolean;
+}
+
+export interface INode {
+  name: string;
+  virtual: boolean;
+  healthy?: boolean;
+  gpus: IGpu[];
+}
+
+export interface IJob {
+  id: number;
+  name: string;
+  user: string;
+  state: JobState;
+  /** Seconds since the epoch (the server's wall clock). */
+  submit_time: number;
+  start_time: number | null;
+  end_time: number | null;
+  /** GPUs held now. */
+  gpus: number;
+  alloc: Allocation;
+  /** The allocation a finished job last held, when the server reports it. */
+  last_alloc?: Allocation;
+  restarts?: number;
+  exit_code?: number | null;
+  reason?: string;
+  run_s?: number;
+  attained_gpu_s?: number;
+  spec?: { gpus?: number | 'auto'; [key: string]: unknown };
+}
+
+export interface IPolicyInfo {
+  name: string;
+  description: string;
+}
+
+/** Everything the sidebar shows, fetched in one refresh. */
+export interface ISnapshot {
+  nodes: INode[];
+  jobs: IJob[];
+  policy: string;
+  policies: IPolicyInfo[];
+  /** Client time (seconds) of the refresh. */
+  now: number;
+}
+
+/** A message pushed on the `events` websocket. */
+export interface IEvent {
+  type: 'job' | 'policy' | 'inventory' | string;
+  event?: string;
+  job?: IJob;
+  policy?: string;
+}

@@ -1,0 +1,73 @@
+// Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { formatDuration, formatAlloc, waited, ran, utilisationPercent, requestedGpus } = require('../build-test/format.js');
+const { computeBars } = require('../build-test/timeline.js');
+const { sortJobs } = require('../build-test/jobs.js');
+
+const job = (over) => ({
+  id: 1, name: 'j', user: 'u', state: 'queued', submit_time: 1000, start_time: null,
+  end_time: null, gpus: 0, alloc: {}, ...over
+});
+const nodes = [
+  { name: 'node0', virtual: true, gpus: [0, 1].map(i => ({ index: i, uuid: '', name: 'v', memory_total_mb: 0, memory_used_mb: 0, utilization: 0, job_id: null })) }
+];
+
+test('formatDuration', () => {
+  assert.equal(formatDuration(5), '5s');
+  assert.equal(formatDuration(75), '1m 15s');
+  assert.equal(formatDuration(3 * 3600 + 120), '3h 2m');
+  assert.equal(formatDuration(50 * 3600), '2d 2h');
+  assert.equal(formatDuration(null), '–');
+  assert.equal(formatDuration(-1), '–');
+});
+
+test('waited and ran', () => {
+  assert.equal(waited(job({}), 1010), 10);
+  assert.equal(waited(job({ start_time: 1004 }), 2000), 4);
+  assert.equal(ran(job({}), 1010), null);
+  assert.equal(ran(job({ start_time: 1004 }), 1010), 6);
+  assert.equal(ran(job({ start_time: 1004, end_time: 1005 }), 1010), 1);
+  assert.equal(ran(job({ start_time: 1004, run_s: 3.5 }), 1010), 3.5);
+});
+
+test('formatAlloc, requestedGpus, utilisationPercent', () => {
+  assert.equal(formatAlloc({ node1: [2], node0: [0, 1], node2: [] }), 'node0:0,1 node1:2');
+  assert.equal(requestedGpus(job({ spec: { gpus: 'auto' } })), 'auto');
+  assert.equal(requestedGpus(job({ gpus: 2 })), '2');
+  assert.equal(utilisationPercent(0.5), 50);
+  assert.equal(utilisationPercent(73), 73);
+  assert.equal(utilisationPercent(250), 100);
+  assert.equal(utilisationPercent(undefined), 0);
+});
+
+test('computeBars: rows per GPU, bars clipped to the span, remembered allocations used', () => {
+  const now = 10000;
+  const jobs = [
+    job({ id: 1, state: 'running', start_time: 9000, alloc: { node0: [1] } }),
+    job({ id: 2, state: 'succeeded', start_time: 100, end_time: 9500 }), // alloc remembered
+    job({ id: 3, state: 'succeeded', start_time: 100, end_time: 200, alloc: {} }), // before the span
+    job({ id: 4, state: 'queued' }), // never started
+    job({ id: 5, state: 'failed', start_time: 9900, end_time: 9950, last_alloc: { node9: [0] } })
+  ];
+  const remembered = new Map([[2, { node0: [0] }], [3, { node0: [0] }]]);
+  const tl = computeBars(nodes, jobs, remembered, now, 3600);
+  assert.deepEqual(tl.rows, ['node0:0', 'node0:1', 'node9:0']);
+  assert.equal(tl.from, now - 3600);
+  const byJob = Object.fromEntries(tl.bars.map(b => [b.jobId, b]));
+  assert.deepEqual(Object.keys(byJob).map(Number).sort(), [1, 2, 5]);
+  assert.deepEqual([byJob[1].row, byJob[1].start, byJob[1].end], ['node0:1', 9000, now]);
+  assert.deepEqual([byJob[2].row, byJob[2].start, byJob[2].end], ['node0:0', now - 3600, 9500]);
+  assert.equal(byJob[5].row, 'node9:0');
+});
+
+test('sortJobs: running, then queued, then finished newest first', () => {
+  const order = sortJobs([
+    job({ id: 1, state: 'succeeded', end_time: 5 }),
+    job({ id: 2, state: 'queued' }),
+    job({ id: 3, state: 'running' }),
+    job({ id: 4, state: 'failed', end_time: 9 }),
+    job({ id: 5, state: 'queued' })
+  ]).map(j => j.id);
+  assert.deepEqual(order, [3, 2, 5, 4, 1]);
+});

@@ -1,0 +1,200 @@
+"""What to run for a job: argv and environment per worker, for every launcher and executor.
+
+Pure functions, no processes: the local executor runs the workers as process groups on this
+host, the Docker executor runs them as containers; both take the argv and env from here.
+
+* `python`   — one process: `python main.py` for a script, the command as given otherwise.
+* `torchrun` — one host: `torchrun --standalone --nproc-per-node N`; several hosts: one worker
+  per host, `--nnodes H --node-rank r --rdzv-backend c10d --rdzv-endpoint first:port`.
+* `horovod`  — `horovodrun -np N -H localhost:N --gloo --network-interface lo` on one host;
+  `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
+  others over ssh: passwordless ssh between the hosts and the same Python environment on each
+  is the requirement).
+
+Every worker sees `CUDA_VISIBLE_DEVICES` = exactly its host's assigned GPUs (NVML indices, with
+`CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers GPUs as NVML does; UUIDs for MIG devices or
+when asked), and `SCHEDULEARN_JOB_ID`, `SCHEDULEARN_JOB_DIR`, `SCHEDULEARN_RESTART_COUNT`,
+`SCHEDULEARN_NUM_GPUS`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model import Allocation, JobSpec, Launcher, Node
+from .base import ExecutorError
+
+SCRIPT_NAME = "main.py"
+DEFAULT_RDZV_PORT = 29400
+#: The file the wrapper writes the command's exit status to (read back after a restart).
+EXIT_CODE_FILE = "exit_code"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One launcher process: the whole job on one host, or the job's share of one host."""
+
+    node: str  # the node name of the allocation
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the executor's base environment
+    gpus: tuple[int, ...] = ()
+
+    def shell(self) -> str:
+        """The command line, quoted (for logs and docs)."""
+        return shlex.join(self.argv)
+
+
+def visible_devices(node: Node | None, indices: tuple[int, ...], use_uuids: bool = False) -> str:
+    """`CUDA_VISIBLE_DEVICES` for `indices` of `node`: NVML indices, or UUIDs for MIG devices
+    (CUDA accepts nothing else for them) and where `use_uuids` asks for them."""
+    gpus = {g.index: g for g in node.gpus} if node is not None else {}
+    out = []
+    for i in indices:
+        g = gpus.get(i)
+        if g is not None and not g.virtual and g.uuid and (use_uuids or g.mig_parent is not None):
+            out.append(g.uuid)
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def user_command(spec: JobSpec, python: str) -> list[str]:
+    """The job's own command: the spec's argv, or the bundled script run by `python`."""
+    if spec.script is not None:
+        return [python, "-u", SCRIPT_NAME]
+    assert spec.command is not None
+    return list(spec.command)
+
+
+def check_command(argv: list[str], path: str, cwd: Path) -> None:
+    """Fail now, with one line, when the program to run does not exist."""
+    prog = argv[0]
+    if os.sep in prog:
+        target = Path(prog) if os.path.isabs(prog) else cwd / prog
+        if not target.exists():
+            raise ExecutorError(f"command: {prog!r} does not exist (relative to {cwd})")
+        return
+    if shutil.which(prog, path=path) is None:
+        raise ExecutorError(f"command: {prog!r} not found on PATH")
+
+
+def job_env(job_id: int, job_dir: Path | str, restart_count: int, num_gpus: int) -> dict[str, str]:
+    return {
+        "SCHEDULEARN_JOB_ID": str(job_id),
+        "SCHEDULEARN_JOB_DIR": str(job_dir),
+        "SCHEDULEARN_RESTART_COUNT": str(restart_count),
+        "SCHEDULEARN_NUM_GPUS": str(num_gpus),
+        "PYTHONUNBUFFERED": "1",  # log lines as they happen, not when a buffer fills
+    }
+
+
+def _torchrun_target(command: list[str], python: str) -> list[str]:
+    """torchrun runs `python <script> args` itself; anything else goes with --no-python."""
+    exe = os.path.basename(command[0])
+    if command[0] == python or exe.startswith("python"):
+        rest = command[1:]
+        while rest and rest[0] in ("-u", "-B"):
+            rest = rest[1:]
+        if rest and rest[0] == "-m":
+            return ["--module", *rest[1:]]
+        if rest and not rest[0].startswith("-"):
+            return rest
+    if command[0].endswith(".py"):
+        return command
+    return ["--no-python", *command]
+
+
+def build_workers(
+    spec: JobSpec,
+    job_id: int,
+    alloc: Allocation,
+    job_dir: Path | str,
+    restart_count: int = 0,
+    nodes: Mapping[str, Node] | None = None,
+    *,
+    python: str = sys.executable,
+    addresses: Mapping[str, str] | None = None,
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    use_uuids: bool = False,
+    network_interface: str | None = None,
+) -> list[Worker]:
+    """The workers that run `spec` on `alloc` (node name -> GPU indices).
+
+    `addresses` maps node names to the hostnames workers use to reach each other (the node's
+    own name when absent). `network_interface` is Horovod's (`lo` on one host by default)."""
+    if not alloc:
+        raise ExecutorError(f"job {job_id}: no GPUs allocated")
+    nodes = nodes or {}
+    addresses = addresses or {}
+    hosts = list(alloc)
+    total = sum(len(v) for v in alloc.values())
+    command = user_command(spec, python)
+    base = job_env(job_id, job_dir, restart_count, total)
+
+    def env_for(name: str) -> dict[str, str]:
+        env = dict(base)
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(nodes.get(name), tuple(alloc[name]), use_uuids)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        return env
+
+    launcher = Launcher(spec.launcher)
+    if launcher is Launcher.python:
+        if len(hosts) > 1:
+            raise ExecutorError(
+                f"launcher: python runs one process on one host, but job {job_id} was placed on "
+                f"{len(hosts)} hosts ({', '.join(hosts)}); use torchrun or horovod")
+        return [Worker(hosts[0], command, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
+
+    if launcher is Launcher.torchrun:
+        torchrun = [python, "-m", "torch.distributed.run"]
+        target = _torchrun_target(command, python)
+        if len(hosts) == 1:
+            n = len(alloc[hosts[0]])
+            argv = [*torchrun, "--standalone", f"--nproc-per-node={n}",
+                    "--rdzv-conf=last_call_timeout=1", *target]
+            env = env_for(hosts[0])
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+            return [Worker(hosts[0], argv, env, tuple(alloc[hosts[0]]))]
+        first = addresses.get(hosts[0], hosts[0])
+        workers = []
+        for rank, name in enumerate(hosts):
+            argv = [
+                *torchrun, f"--nnodes={len(hosts)}", f"--node-rank={rank}",
+                f"--nproc-per-node={len(alloc[name])}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={first}:{rdzv_port}", f"--rdzv-id=schedulearn-{job_id}-{restart_count}",
+                "--rdzv-conf=last_call_timeout=1", f"--local-addr={addresses.get(name, name)}",
+                *target,
+            ]
+            env = env_for(name)
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+            workers.append(Worker(name, argv, env, tuple(alloc[name])))
+        return workers
+
+    # Horovod: one horovodrun on the first host starts every rank (ssh to the others).
+    hvd = [python, "-m", "horovod.runner.launch", "-np", str(total)]
+    if len(hosts) == 1:
+        argv = [*hvd, "-H", f"localhost:{total}", "--gloo",
+                "--network-interface", network_interface or "lo", *command]
+    else:
+        spread = ",".join(f"{addresses.get(h, h)}:{len(alloc[h])}" for h in hosts)
+        argv = [*hvd, "-H", spread, "--gloo"]
+        if network_interface:
+            argv += ["--network-interface", network_interface]
+        argv += command
+    return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
+
+
+def wrap_exit_code(argv: list[str], exit_file: str | Path) -> list[str]:
+    """Run `argv` under `/bin/sh`, which records its exit status in `exit_file` and exits with it.
+
+    The wrapper keeps a SIGTERM trap so that it outlives the command and writes the status even
+    when the job is stopped; the command itself gets default signal dispositions. A job started
+    before a server restart can then report its real exit code to the next server."""
+    script = 'trap : TERM INT; "$@"; rc=$?; echo $rc > "$0"; exit $rc'
+    return ["/bin/sh", "-c", script, str(exit_file), *argv]

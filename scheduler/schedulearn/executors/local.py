@@ -1,0 +1,463 @@
+"""Run jobs as process groups on this host.
+
+Each job has a directory `<job_root>/<id>/`: the bundled script (`main.py`), `log.txt` (stdout
+and stderr of every run, appended, a marker line per (re)start and exit), `checkpoints/`, `pid`
+(pid, process start time and boot id of the running run: what a restarted server re-attaches
+to) and `exit_code` (written by a `/bin/sh` wrapper, so that a re-attached run's real exit
+status is known even though it is not our child).
+
+One thread per running job waits for its process (`waitid` for our children, a pidfd for runs
+re-attached after a restart): nothing polls while jobs run. Exits go to the engine on its event
+loop (`call_soon_threadsafe`). Stop = SIGTERM to the group, `cancel_grace` seconds, SIGKILL.
+Resize = the same stop, then a relaunch at the new size in the same directory with
+`SCHEDULEARN_RESTART_COUNT` = `job.restarts`; the stopped run's exit is not the job's exit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import joblogs
+from ..model import Allocation, Job, JobSpec
+from .base import Executor, ExecutorError
+from .launch import EXIT_CODE_FILE, SCRIPT_NAME, build_workers, check_command, user_command, wrap_exit_code
+
+log = logging.getLogger("schedulearn.executors.local")
+
+PID_FILE = "pid"
+CHECKPOINT_DIR = "checkpoints"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding `schedulearn`
+
+
+@dataclass(eq=False)
+class _Run:
+    job_id: int
+    pid: int
+    restarts: int
+    popen: subprocess.Popen | None  # None for a run re-attached after a restart
+    gone: threading.Event = field(default_factory=threading.Event)
+    superseded: bool = False  # replaced by a resize: its exit is not the job's
+    stopping: str | None = None  # 'cancel' | 'preempt' | 'resize'
+    deadline: float | None = None  # monotonic time at which a stop escalates to SIGKILL
+    killed: bool = False
+    code: int | None = None
+
+
+@dataclass(eq=False)
+class _Relaunch:
+    """A resize in progress: the old run is stopping, this is what starts next."""
+
+    spec: JobSpec
+    alloc: Allocation
+    restarts: int
+    cancel: str | None = None  # stopped (cancel/preempt) before the relaunch happened
+
+
+class LocalExecutor(Executor):
+    def __init__(
+        self,
+        job_root: Path | str,
+        cancel_grace: float = 10.0,
+        python: str = sys.executable,
+        use_uuids: bool = False,
+        env: dict[str, str] | None = None,
+    ):
+        if cancel_grace < 0:
+            raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
+        self.job_root = Path(job_root)
+        self.job_root.mkdir(parents=True, exist_ok=True)
+        self.cancel_grace = cancel_grace
+        self.python = python
+        self.use_uuids = use_uuids
+        self.base_env = dict(os.environ if env is None else env)
+        self._lock = threading.RLock()
+        self._runs: dict[int, _Run] = {}
+        self._relaunch: dict[int, _Relaunch] = {}
+        self._closed = False
+        self._boot_id = _boot_id()
+
+    # -- paths ---------------------------------------------------------------------------------
+    def job_dir(self, job_id: int) -> Path:
+        return self.job_root / str(job_id)
+
+    def log_path(self, job_id: int) -> Path:
+        return self.job_dir(job_id) / joblogs.LOG_NAME
+
+    # -- Executor --------------------------------------------------------------------------------
+    def start(self, job: Job, now: float) -> None:
+        d = self.job_dir(job.id)
+        first = job.restarts == 0 and job.start_time == now
+        if first and d.exists() and any(d.iterdir()):
+            # left by an earlier server that reused this id without a store: keep it aside
+            d.rename(d.with_name(f"{job.id}.old-{int(time.time() * 1000)}"))
+        (d / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+        if job.spec.script is not None:
+            (d / SCRIPT_NAME).write_text(job.spec.script)
+        with self._lock:
+            self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
+
+    def stop(self, job: Job, why: str, now: float) -> None:
+        with self._lock:
+            pending = self._relaunch.get(job.id)
+            if pending is not None:  # mid-resize: the resize thread reports instead of relaunching
+                pending.cancel = why
+                return
+            run = self._runs.get(job.id)
+            if run is None:
+                self._report(job.id, -1, f"{why}: no process was running")
+                return
+            run.stopping = why
+        threading.Thread(target=self._terminate, args=(run,), name=f"stop-{job.id}", daemon=True).start()
+
+    def resize(self, job: Job, old: Allocation, now: float) -> None:
+        with self._lock:
+            pending = self._relaunch.get(job.id)
+            if pending is not None:  # a relaunch is on its way: it takes the newest allocation
+                pending.alloc, pending.restarts = dict(job.alloc), job.restarts
+                return
+            run = self._runs.get(job.id)
+            if run is None:
+                return  # it has just ended; that exit is reported
+            run.superseded = True
+            run.stopping = "resize"
+            self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
+        threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}", daemon=True).start()
+
+    def recover(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            run = self._reattach(job)
+            if run is None:
+                continue
+            with self._lock:
+                self._runs[job.id] = run
+            threading.Thread(target=self._watch, args=(run,), name=f"watch-{job.id}", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop reporting; the jobs go on running (a new executor can `recover` them)."""
+        self._closed = True
+
+    # -- beyond the Executor interface -------------------------------------------------------------
+    def running(self) -> list[int]:
+        with self._lock:
+            return sorted(set(self._runs) | set(self._relaunch))
+
+    def is_running(self, job_id: int) -> bool:
+        with self._lock:
+            return job_id in self._runs or job_id in self._relaunch
+
+    def pid(self, job_id: int) -> int | None:
+        """The process (group) id of the job's current run."""
+        with self._lock:
+            run = self._runs.get(job_id)
+            return run.pid if run is not None else None
+
+    def logs(self, job_id: int, tail: int | None = None) -> str:
+        """The job's log (every run), or its last `tail` lines."""
+        return joblogs.tail(self.log_path(job_id), tail)
+
+    def follow(
+        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1,
+        timeout: float | None = None,
+    ) -> Iterator[str]:
+        """Yield log lines as they come until the job is over (`done`, by default: the engine
+        says the job is final, or, unbound, no run of it is left here)."""
+        return joblogs.follow(self.log_path(job_id), done or self._done_fn(job_id), interval, timeout=timeout)
+
+    def afollow(
+        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1
+    ) -> AsyncIterator[str]:
+        return joblogs.afollow(self.log_path(job_id), done or self._done_fn(job_id), interval)
+
+    def terminate_all(self, grace: float | None = None) -> None:
+        """Stop every run and wait for them to be gone, reporting nothing (tests, shutdown)."""
+        with self._lock:
+            runs = list(self._runs.values())
+            for run in runs:
+                run.superseded = True
+                run.stopping = run.stopping or "shutdown"
+        threads = [threading.Thread(target=self._terminate, args=(r, grace), daemon=True) for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    # -- launching ---------------------------------------------------------------------------------
+    def _env(self, spec: JobSpec, extra: dict[str, str]) -> dict[str, str]:
+        env = dict(self.base_env)
+        env["PATH"] = os.pathsep.join([os.path.dirname(self.python), env.get("PATH", os.defpath)])
+        pp = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{pp}{os.pathsep}{_PACKAGE_ROOT}" if pp else _PACKAGE_ROOT
+        env.update(spec.env)
+        env.update(extra)  # the scheduler's variables win over the user's
+        return env
+
+    def _launch(self, job_id: int, spec: JobSpec, alloc: Allocation, restarts: int) -> _Run:
+        if len(alloc) > 1:
+            raise ExecutorError(
+                f"job {job_id}: the local executor runs jobs on this host only, but it was placed on "
+                f"{len(alloc)} nodes ({', '.join(alloc)}); declare one node or use the Docker executor")
+        d = self.job_dir(job_id)
+        nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
+        (worker,) = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
+                                  use_uuids=self.use_uuids)
+        env = self._env(spec, worker.env)
+        cwd = Path(spec.workdir) if spec.workdir else d
+        if not cwd.is_dir():
+            raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
+        check_command(user_command(spec, self.python), env["PATH"], cwd)
+        exit_file = d / EXIT_CODE_FILE
+        exit_file.unlink(missing_ok=True)
+        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        with open(d / joblogs.LOG_NAME, "ab") as logf:
+            logf.write(
+                f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} "
+                f"CUDA_VISIBLE_DEVICES={worker.env['CUDA_VISIBLE_DEVICES']}: {worker.shell()} ===\n".encode())
+            logf.flush()
+            try:
+                popen = subprocess.Popen(
+                    wrap_exit_code(worker.argv, exit_file), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            except OSError as e:
+                raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
+        run = _Run(job_id, popen.pid, restarts, popen)
+        info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
+                "restarts": restarts, "argv": worker.argv}
+        tmp = d / (PID_FILE + ".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, d / PID_FILE)
+        threading.Thread(target=self._watch, args=(run,), name=f"watch-{job_id}", daemon=True).start()
+        return run
+
+    def _restart(self, run: _Run) -> None:
+        self._terminate(run)
+        job_id = run.job_id
+        with self._lock:
+            nxt = self._relaunch.pop(job_id)
+            if nxt.cancel is not None:
+                code = run.code if run.code is not None else -15
+                self._report(job_id, code, _stopped_reason(nxt.cancel, run))
+                return
+            try:
+                self._runs[job_id] = self._launch(job_id, nxt.spec, nxt.alloc, nxt.restarts)
+            except ExecutorError as e:
+                self._report(job_id, 127, str(e))
+
+    # -- watching and stopping ---------------------------------------------------------------------
+    def _watch(self, run: _Run) -> None:
+        """Wait (blocking, in this thread) for the run's leader to exit, clear its group, report."""
+        code: int | None = None
+        if run.popen is not None:
+            try:
+                os.waitid(os.P_PID, run.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: pgid held
+            except ChildProcessError:
+                pass
+            self._drain_group(run)
+            code = run.popen.wait()
+        else:
+            _wait_foreign(run.pid)
+            self._drain_group(run)
+            code = _read_exit_code(self.job_dir(run.job_id) / EXIT_CODE_FILE)
+            if code is None:
+                code = -1
+        self._ended(run, code)
+
+    def _drain_group(self, run: _Run) -> None:
+        """After the leader's exit: what is left of its process group goes too (SIGTERM, then
+        SIGKILL at the stop's deadline, or half a second on a normal exit)."""
+        pgid = run.pid
+        if not _group_alive(pgid):
+            return
+        deadline = run.deadline if run.deadline is not None else time.monotonic() + 0.5
+        if run.stopping is None:
+            _killpg(pgid, signal.SIGTERM)
+        while _group_alive(pgid):
+            if time.monotonic() >= deadline:
+                _killpg(pgid, signal.SIGKILL)
+                run.killed = True
+                end = time.monotonic() + 5
+                while _group_alive(pgid) and time.monotonic() < end:
+                    time.sleep(0.01)
+                return
+            time.sleep(0.02)
+
+    def _terminate(self, run: _Run, grace: float | None = None) -> None:
+        """SIGTERM the group, wait up to the grace for the run to be gone, then SIGKILL."""
+        grace = self.cancel_grace if grace is None else grace
+        run.deadline = time.monotonic() + grace
+        _killpg(run.pid, signal.SIGTERM)
+        if not run.gone.wait(grace):
+            run.killed = True
+            _killpg(run.pid, signal.SIGKILL)
+            if not run.gone.wait(10):
+                log.error("job %s: process group %s survived SIGKILL", run.job_id, run.pid)
+
+    def _ended(self, run: _Run, code: int) -> None:
+        run.code = code
+        with self._lock:
+            current = self._runs.get(run.job_id) is run
+            if current:
+                del self._runs[run.job_id]
+        if run.stopping in ("cancel", "preempt"):
+            reason = _stopped_reason(run.stopping, run)
+        elif run.stopping is not None:
+            reason = f"stopped for {run.stopping}"
+        elif code == 0:
+            reason = ""
+        else:
+            reason = self._failure(run, code)
+        try:
+            with open(self.log_path(run.job_id), "ab") as f:
+                f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
+                        f"{': ' + reason if reason else ''} ===\n".encode())
+        except OSError:
+            pass
+        run.gone.set()
+        if current and not run.superseded:
+            self._report(run.job_id, code, reason)
+
+    def _failure(self, run: _Run, code: int) -> str:
+        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
+        sig = -code if code < 0 else (code - 128 if code > 128 else 0)
+        if 0 < sig < signal.NSIG and (code < 0 or sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV,
+                                                         signal.SIGABRT, signal.SIGBUS, signal.SIGINT)):
+            who = "killed by" if code < 0 else "ended by"
+            text = f"{who} {signal.Signals(sig).name}, not by the scheduler"
+            return f"{text}; last log line: {last}" if last else text
+        return last or f"exit code {code}"
+
+    def _report(self, job_id: int, code: int, reason: str) -> None:
+        engine = self.engine
+        if engine is None or self._closed:
+            return
+        loop = engine._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(engine.job_exited, job_id, code, reason)
+                return
+            except RuntimeError:  # closed in between
+                pass
+        engine.job_exited(job_id, code, reason)
+
+    def _done_fn(self, job_id: int) -> Callable[[], bool]:
+        engine = self.engine
+
+        def done() -> bool:
+            if engine is not None and job_id in engine.jobs:
+                return engine.jobs[job_id].state.final
+            return not self.is_running(job_id)
+
+        return done
+
+    # -- re-attaching after a restart --------------------------------------------------------------
+    def _reattach(self, job: Job) -> _Run | None:
+        d = self.job_dir(job.id)
+        try:
+            info = json.loads((d / PID_FILE).read_text())
+            pid, started = int(info["pid"]), info["start_time"]
+        except (OSError, ValueError, KeyError, TypeError):
+            self._report(job.id, -1, "lost on restart")
+            return None
+        alive = (info.get("boot_id") == self._boot_id and started is not None
+                 and _start_time(pid) == started and not _is_zombie(pid))
+        if alive:
+            with open(self.log_path(job.id), "ab") as f:
+                f.write(f"{joblogs.MARKER} re-attached to run #{info.get('restarts', 0)} "
+                        f"(pid {pid}) ===\n".encode())
+            return _Run(job.id, pid, int(info.get("restarts", 0)), None)
+        code = _read_exit_code(d / EXIT_CODE_FILE) if info.get("boot_id") == self._boot_id else None
+        if code is None:
+            self._report(job.id, -1, "lost on restart")
+        else:
+            why = "" if code == 0 else f"exit code {code} while the server was down: " + (
+                joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
+            self._report(job.id, code, why)
+        return None
+
+
+def _stopped_reason(why: str, run: _Run) -> str:
+    text = "cancelled" if why == "cancel" else "preempted" if why == "preempt" else why
+    return f"{text} (SIGKILL after the grace period)" if run.killed else text
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2:].split()
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot (field 22 of /proc/<pid>/stat)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is left in process group `pgid`."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _wait_foreign(pid: int) -> None:
+    """Block until `pid` (not our child) exits: a pidfd where the kernel has them."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        while not _is_zombie(pid):  # no pidfd: poll slowly
+            time.sleep(0.5)
+        return
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        while not p.poll():
+            pass
+    finally:
+        os.close(fd)
+
+
+def _read_exit_code(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["LocalExecutor"]

@@ -1,0 +1,1 @@
+"""Small real training and utility scripts the executor tests run as jobs."""

@@ -1,0 +1,94 @@
+"""Deterministic elastic training for the resize test.
+
+Linear regression on a fixed full batch of 64 samples, float64, SGD with momentum. Each rank
+computes the summed squared error of its contiguous slice divided by the global batch size and
+the gradients are all-reduced (summed), so every step uses the full-batch gradient whatever the
+world size: a run resized 2 -> 1 -> 2 must end with the weights of an unresized run.
+Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`.
+"""
+
+import json
+import os
+import time
+
+import torch
+from schedulearn import elastic
+
+STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
+SLEEP = float(os.environ.get("STEP_SLEEP", "0.05"))
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(8, 1, generator=g, dtype=torch.float64)
+    y = x @ w + 0.1 * torch.randn(64, 1, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def make_model():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1).double()
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def backward(model, x, y, lo, hi):
+    (((model(x[lo:hi]) - y[lo:hi]) ** 2).sum() / len(x)).backward()
+
+
+def weights(model):
+    return [v for p in model.parameters() for v in p.detach().flatten().tolist()]
+
+
+def reference(steps=STEPS):
+    """The same training in this process, on one worker, never resized."""
+    model, opt = make_model()
+    x, y = data()
+    for _ in range(steps):
+        opt.zero_grad()
+        backward(model, x, y, 0, len(x))
+        opt.step()
+    return weights(model)
+
+
+def main():
+    dist = None
+    rank, world = 0, 1
+    if "RANK" in os.environ:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    model, opt = make_model()
+    ckpt = elastic.Checkpointer(model=model, optimizer=opt, every=5)
+    start = ckpt.restore()
+    restart = elastic.restart_count()
+    if rank == 0:
+        print(f"restart {restart} world {world} resuming at {start}", flush=True)
+    x, y = data()
+    lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world
+    for step in range(start, STEPS):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        backward(model, x, y, lo, hi)
+        if dist is not None:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+        opt.step()
+        time.sleep(SLEEP)
+        if rank == 0:
+            print(f"step {step + 1} world {world} restart {restart}", flush=True)
+        elastic.report(step_time=time.perf_counter() - t0, batch_size=len(x))
+        ckpt.step(step + 1)
+    ckpt.save()
+    if rank == 0:
+        out = os.path.join(os.environ.get("SCHEDULEARN_JOB_DIR", "."), "final.json")
+        with open(out, "w") as f:
+            json.dump(weights(model), f)
+        print("training done", flush=True)
+    if dist is not None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+"""The local executor with real processes on CPU, driven by the real engine on its asyncio loop.
+
+Each test starts real jobs (python, torchrun, horovodrun) as process groups and waits, with a
+bounded timeout, for the engine to see the state it must reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from schedulearn import joblogs
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors import ExecutorError
+from schedulearn.executors.launch import build_workers, check_command, visible_devices, wrap_exit_code
+from schedulearn.executors.local import LocalExecutor
+from schedulearn.model import Gpu, JobSpec, JobState, Node, virtual_cluster
+
+from tests.conftest import require
+
+JOBS = Path(__file__).parent / "jobs"
+PY = sys.executable
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except Exception:  # noqa: BLE001 - missing or broken install: both mean "not here"
+        return False
+    return True
+
+
+# -- harness -------------------------------------------------------------------------------------
+async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def live(root: Path, gpus: int = 4, policy: str = "fifo", grace: float = 5.0, keep_jobs: bool = False):
+    ex = LocalExecutor(root, cancel_grace=grace)
+    eng = Engine(virtual_cluster(1, gpus), policy, executor=ex)
+    task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+    try:
+        yield eng, ex
+    finally:
+        if not keep_jobs:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+        eng.close()
+        await asyncio.wait_for(task, 5)
+
+
+def final(eng: Engine, job_id: int):
+    return lambda: eng.jobs[job_id].state.final
+
+
+def in_log(ex: LocalExecutor, job_id: int, text: str):
+    return lambda: text in ex.logs(job_id)
+
+
+def group_gone(pgid: int) -> bool:
+    """No live process left in the group (a zombie waiting for init to reap it is dead)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state not in "ZX":
+            return False
+    return True
+
+
+class MemoryStore:
+    """The store protocol, in memory: what a restarted server loads its jobs from."""
+
+    def __init__(self, jobs):
+        self.jobs = list(jobs)
+        self.policy = None
+
+    def load_jobs(self):
+        return self.jobs
+
+    def add_job(self, job):
+        pass
+
+    def update_job(self, job):
+        pass
+
+    def add_event(self, job_id, kind, data, t):
+        pass
+
+    def get_policy(self):
+        return self.policy
+
+    def set_policy(self, name):
+        self.policy = name
+
+
+# -- python jobs -----------------------------------------------------------------------------------
+def test_python_job_succeeds_and_log_is_read_back(tmp_path):
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"name": "hello", "script": "import sys\nprint('hello from the job')\n"
+                                                        "print('to stderr', file=sys.stderr)\n"})
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            assert job.exit_code == 0
+            text = ex.logs(job.id)
+            assert "hello from the job" in text and "to stderr" in text
+            assert (tmp_path / str(job.id) / "main.py").read_text().startswith("import sys")
+            assert ex.logs(job.id, tail=1).startswith(joblogs.MARKER + " exit of run #0: code 0")
+            followed = list(ex.follow(job.id, timeout=5))
+            assert "hello from the job\n" in followed
+            assert not ex.running()
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_each_job_sees_only_its_gpus(tmp_path):
+    release = tmp_path / "release"
+
+    async def main():
+        async with live(tmp_path / "jobs") as (eng, ex):
+            a = eng.submit({"command": ["python", str(JOBS / "show_env.py"), str(release)], "gpus": 2})
+            b = eng.submit({"command": [PY, str(JOBS / "show_env.py"), str(release)], "gpus": 2})
+            for j in (a, b):
+                await wait_for(in_log(ex, j.id, "cwd="), 30, f"job {j.id} to print its environment")
+            seen = {}
+            for j in (a, b):
+                text = ex.logs(j.id)
+                cvd = re.search(r"^CUDA_VISIBLE_DEVICES=(.*)$", text, re.M).group(1)
+                assert cvd == ",".join(str(i) for i in j.alloc["node0"])
+                assert f"SCHEDULEARN_JOB_ID={j.id}\n" in text and "SCHEDULEARN_NUM_GPUS=2\n" in text
+                assert f"cwd={tmp_path / 'jobs' / str(j.id)}\n" in text
+                seen[j.id] = set(cvd.split(","))
+            assert len(seen[a.id]) == len(seen[b.id]) == 2
+            assert not seen[a.id] & seen[b.id]
+            release.touch()
+            for j in (a, b):
+                await wait_for(final(eng, j.id), 30, f"job {j.id} to end")
+                assert j.state is JobState.succeeded
+
+    asyncio.run(main())
+
+
+def test_unknown_command_fails_with_a_clear_reason(tmp_path):
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"command": ["no-such-program-xyz", "--flag"]})
+            await wait_for(final(eng, job.id), 10, "the job to fail")
+            assert job.state is JobState.failed
+            assert job.reason == "command: 'no-such-program-xyz' not found on PATH"
+            missing = eng.submit({"command": ["./nope.sh"], "workdir": str(tmp_path)})
+            await wait_for(final(eng, missing.id), 10, "the job to fail")
+            assert "'./nope.sh' does not exist" in missing.reason
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_crash_fails_with_the_error_as_reason(tmp_path):
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "crash.py")], "gpus": 3})
+            await wait_for(final(eng, job.id), 30, "the job to fail")
+            assert job.state is JobState.failed
+            assert job.exit_code == 1
+            assert job.reason == "RuntimeError: boom: the model diverged at step 3"
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_cancel_mid_run_sends_sigterm_to_the_group(tmp_path):
+    async def main():
+        async with live(tmp_path, grace=10) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")]})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            pgid = ex.pid(job.id)
+            assert pgid == int(re.search(r"ready pgid=(\d+)", ex.logs(job.id)).group(1))
+            t0 = time.monotonic()
+            eng.cancel(job.id)
+            await wait_for(final(eng, job.id), 15, "the job to be cancelled")
+            assert time.monotonic() - t0 < 5  # it left on SIGTERM, not at the end of the grace
+            assert job.state is JobState.cancelled and job.reason == "cancelled"
+            assert "got SIGTERM" in ex.logs(job.id)
+            assert group_gone(pgid)
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path):
+    async def main():
+        async with live(tmp_path, grace=1.0) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py"), "ignore"]})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            pgid = ex.pid(job.id)
+            t0 = time.monotonic()
+            eng.cancel(job.id)
+            await wait_for(final(eng, job.id), 10, "the job to be killed")
+            took = time.monotonic() - t0
+            assert 1.0 <= took < 4, took
+            assert job.state is JobState.cancelled
+            assert job.reason == "cancelled (SIGKILL after the grace period)"
+            assert "got SIGTERM" in ex.logs(job.id)  # it was asked first
+            assert group_gone(pgid)
+
+    asyncio.run(main())
+
+
+def test_external_kill_fails_the_job_and_frees_its_gpus_fast(tmp_path):
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")], "gpus": 4})
+            queued = eng.submit({"command": [PY, "-c", "print('second job ran')"], "gpus": 4})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            assert queued.state is JobState.queued
+            t0 = time.monotonic()
+            os.killpg(ex.pid(job.id), signal.SIGKILL)
+            await wait_for(final(eng, job.id), 5, "the engine to see the kill")
+            assert time.monotonic() - t0 < 1.0
+            assert job.state is JobState.failed
+            assert job.reason.startswith("killed by SIGKILL, not by the scheduler; last log line: ready")
+            await wait_for(lambda: queued.state is not JobState.queued, 1.0, "the next job to get the GPUs")
+            await wait_for(final(eng, queued.id), 30, "the second job")
+            assert queued.state is JobState.succeeded
+
+    asyncio.run(main())
+
+
+# -- restart of the server ---------------------------------------------------------------------------
+def test_restarted_server_reattaches_and_reports_the_real_exit(tmp_path):
+    release = tmp_path / "release"
+
+    async def main():
+        async with live(tmp_path / "jobs", keep_jobs=True) as (eng, ex):  # the server goes away
+            job = eng.submit({"command": [PY, str(JOBS / "show_env.py"), str(release), "3"], "gpus": 2})
+            await wait_for(in_log(ex, job.id, "cwd="), 30, "the job to start")
+            pid = ex.pid(job.id)
+            saved = dataclasses.replace(job, alloc=dict(job.alloc))
+        assert job.state is JobState.running  # the old executor reported nothing
+        # a new server: new engine and executor over the same job root, the job from the store
+        ex2 = LocalExecutor(tmp_path / "jobs")
+        eng2 = Engine(virtual_cluster(1, 4), "fifo", executor=ex2, store=MemoryStore([saved]))
+        task = asyncio.create_task(eng2.run(RealClock(tick=0.2)))
+        try:
+            job2 = eng2.get(saved.id)
+            assert job2.state is JobState.running and ex2.pid(job2.id) == pid
+            assert eng2.pool.total == 2  # its GPUs stay taken
+            assert "re-attached to run #0" in ex2.logs(job2.id)
+            release.touch()
+            await wait_for(final(eng2, job2.id), 30, "the re-attached job to end")
+            assert job2.state is JobState.failed and job2.exit_code == 3
+            assert job2.reason == "bye 3"
+            assert eng2.pool.total == 4
+            assert group_gone(pid)
+        finally:
+            await asyncio.to_thread(ex2.terminate_all, 1.0)
+            eng2.close()
+            await task
+
+    asyncio.run(main())
+
+
+def test_job_whose_process_is_gone_is_lost_on_restart(tmp_path):
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    root = tmp_path / "jobs"
+    stale = {1: {"pid": dead.pid, "start_time": 1},  # that process is gone
+             2: {"pid": os.getpid(), "start_time": 12345}}  # pid alive but reused by another process
+    jobs = []
+    for job_id, info in stale.items():
+        (root / str(job_id)).mkdir(parents=True)
+        info["boot_id"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        (root / str(job_id) / "pid").write_text(json.dumps(info))
+        from schedulearn.model import Job
+
+        jobs.append(Job(id=job_id, spec=JobSpec(command=["x"]), submit_time=0, state=JobState.running,
+                        alloc={"node0": (job_id,)}))
+    ex = LocalExecutor(root)
+    eng = Engine(virtual_cluster(1, 4), "fifo", executor=ex, store=MemoryStore(jobs))
+    for job_id in stale:
+        job = eng.get(job_id)
+        assert job.state is JobState.failed and job.reason == "lost on restart" and job.exit_code == -1
+    assert eng.pool.total == 4
+
+
+# -- distributed launchers ------------------------------------------------------------------------------
+def test_torchrun_ddp_job_keeps_ranks_in_sync(tmp_path):
+    require(_has("torch"), "torch is not installed (scripts/setup.sh installs it)")
+
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            eng.submit({"command": [PY, "-c", "print(1)"], "gpus": 1})  # so the DDP job gets GPUs 1,2
+            job = eng.submit({"command": ["python", str(JOBS / "ddp_sync.py")], "launcher": "torchrun",
+                              "gpus": 2})
+            await wait_for(final(eng, job.id), 120, "the DDP job to end")
+            text = ex.logs(job.id)
+            assert job.state is JobState.succeeded, job.reason + "\n" + text[-3000:]
+            ranks = dict(re.findall(r"rank (\d)/2 local_rank \d cvd=\S+ checksum=(\S+)", text))
+            assert set(ranks) == {"0", "1"}, text[-3000:]
+            assert ranks["0"] == ranks["1"]
+            assert "cvd=1,2 " in text
+
+    asyncio.run(main())
+
+
+def test_horovod_job_allreduces(tmp_path):
+    require(_has("horovod.torch"), "horovod is not installed (scripts/setup.sh builds it)")
+
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"command": ["python", str(JOBS / "hvd_allreduce.py")], "launcher": "horovod",
+                              "gpus": 2})
+            await wait_for(final(eng, job.id), 120, "the Horovod job to end")
+            text = ex.logs(job.id)
+            assert job.state is JobState.succeeded, job.reason + "\n" + text[-3000:]
+            found = re.findall(r"hvd rank (\d) size 2 allreduce_sum=(\S+)", text)
+            assert sorted(found) == [("0", "3"), ("1", "3")], text[-3000:]
+
+    asyncio.run(main())
+
+
+def test_multi_host_torchrun_workers_rendezvous(tmp_path):
+    """The argv built for two hosts (as the Docker executor runs it), both "hosts" on localhost."""
+    require(_has("torch"), "torch is not installed (scripts/setup.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = JobSpec(command=["python", str(JOBS / "ddp_sync.py")], launcher="torchrun", gpus=2)
+    workers = build_workers(spec, 7, {"h1": (0,), "h2": (3,)}, tmp_path, 0, python=PY,
+                            addresses={"h1": "127.0.0.1", "h2": "127.0.0.1"}, rdzv_port=port)
+    assert [w.node for w in workers] == ["h1", "h2"]
+    assert f"--rdzv-endpoint=127.0.0.1:{port}" in workers[1].argv
+    procs = []
+    for w in workers:
+        env = {**os.environ, **w.env}
+        procs.append(subprocess.Popen(w.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, cwd=tmp_path))
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    checks = re.findall(r"rank (\d)/2 local_rank 0 cvd=(\d) checksum=(\S+)", "".join(outs))
+    assert sorted(c[:2] for c in checks) == [("0", "0"), ("1", "3")], outs
+    assert checks[0][2] == checks[1][2]
+
+
+# -- the launch plan ------------------------------------------------------------------------------------
+def test_launch_argv_for_each_launcher(tmp_path):
+    spec = JobSpec(command=["python", "train.py", "--lr", "0.1"], launcher="torchrun", gpus=2)
+    (w,) = build_workers(spec, 5, {"n": (2, 3)}, tmp_path, 4, python="/v/bin/python")
+    assert w.argv == ["/v/bin/python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                      "--rdzv-conf=last_call_timeout=1", "train.py", "--lr", "0.1"]
+    assert w.env["CUDA_VISIBLE_DEVICES"] == "2,3" and w.env["SCHEDULEARN_RESTART_COUNT"] == "4"
+    assert w.env["SCHEDULEARN_JOB_DIR"] == str(tmp_path) and w.env["SCHEDULEARN_NUM_GPUS"] == "2"
+    bash = JobSpec(command=["bash", "run.sh"], launcher="torchrun", gpus=1)
+    (w,) = build_workers(bash, 5, {"n": (0,)}, tmp_path)
+    assert w.argv[-3:] == ["--no-python", "bash", "run.sh"]
+    hvd = JobSpec(script="print(1)", launcher="horovod", gpus=3)
+    (w,) = build_workers(hvd, 5, {"n": (0, 1, 2)}, tmp_path, python="py")
+    assert w.argv == ["py", "-m", "horovod.runner.launch", "-np", "3", "-H", "localhost:3", "--gloo",
+                      "--network-interface", "lo", "py", "-u", "main.py"]
+    (w,) = build_workers(hvd, 5, {"a": (0, 1), "b": (0,)}, tmp_path, python="py", addresses={"a": "h1"})
+    assert w.node == "a" and w.argv[4:9] == ["3", "-H", "h1:2,b:1", "--gloo", "py"]
+    with pytest.raises(ExecutorError, match="launcher: python runs one process on one host"):
+        build_workers(JobSpec(command=["x"], gpus=2), 5, {"a": (0,), "b": (0,)}, tmp_path)
+
+
+def test_visible_devices_use_uuids_for_mig_and_on_request():
+    node = Node("g", [Gpu(0, "GPU-aaa", virtual=False),
+                      Gpu(5, "MIG-bbb", virtual=False, mig_parent="GPU-ccc"),
+                      Gpu(1, "GPU-ddd", virtual=False)])
+    assert visible_devices(node, (0, 5)) == "0,MIG-bbb"
+    assert visible_devices(node, (0, 1), use_uuids=True) == "GPU-aaa,GPU-ddd"
+    assert visible_devices(Node.virtual_node("v", 2), (0, 1), use_uuids=True) == "0,1"
+
+
+def test_command_check_and_exit_code_wrapper(tmp_path):
+    with pytest.raises(ExecutorError, match="command: 'nope-xyz' not found on PATH"):
+        check_command(["nope-xyz"], os.environ["PATH"], tmp_path)
+    check_command(["sh"], os.environ["PATH"], tmp_path)
+    code = subprocess.run(wrap_exit_code(["sh", "-c", "exit 7"], tmp_path / "rc")).returncode
+    assert code == 7 and (tmp_path / "rc").read_text().strip() == "7"
+
+
+def test_failure_reason_picks_the_exception_line():
+    torchrun_tail = """
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "train.py", line 3, in <module>
+[rank0]: ValueError: bad shape (3, 4)
+E1122 torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1) local_rank: 0
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+"""
+    assert joblogs.failure_reason(torchrun_tail) == "ValueError: bad shape (3, 4)"
+    assert joblogs.failure_reason("a\nlast words\n\n=====\n") == "last words"
+    assert joblogs.failure_reason("") == ""

@@ -180,6 +180,33 @@ else
     fi
 fi
 
+# ---------------------------------------------------------------- labextension (sidebar)
+# Development build of labextension/ (npm workspace at the repo root) into
+# schedulearn_jupyter/labextension, linked into the venv like `jupyter labextension develop`.
+# Skipped when the build output is newer than every source file; a missing Node only warns.
+LX_OUT="$REPO_ROOT/schedulearn_jupyter/labextension"
+LX_LINK="$VENV/share/jupyter/labextensions/schedulearn-labextension"
+if ! command -v npm >/dev/null; then
+    echo "warning: npm not found; the JupyterLab sidebar is not built (apt-get install nodejs npm)" >&2
+elif [ -f "$LX_OUT/package.json" ] && [ -d "$REPO_ROOT/labextension/lib" ] && [ -z "$(find \
+        "$REPO_ROOT/labextension/src" "$REPO_ROOT/labextension/style" "$REPO_ROOT/labextension/schema" \
+        "$REPO_ROOT/labextension/package.json" "$REPO_ROOT/package-lock.json" \
+        -newer "$LX_OUT/package.json" -print -quit)" ]; then
+    skip "labextension build"
+else
+    log "building the JupyterLab sidebar (npm ci, npm run build)"
+    t=$SECONDS
+    ( cd "$REPO_ROOT" && export PATH="$VENV/bin:$PATH" \
+      && { [ -f node_modules/.package-lock.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] \
+           || npm ci --no-audit --no-fund --loglevel=error; } \
+      && npm run --silent build )
+    took $t
+fi
+if [ -f "$LX_OUT/package.json" ] && [ "$(readlink "$LX_LINK" 2>/dev/null)" != "$LX_OUT" ]; then
+    mkdir -p "$(dirname "$LX_LINK")" && rm -rf "$LX_LINK" && ln -s "$LX_OUT" "$LX_LINK"
+    log "linked $LX_LINK -> $LX_OUT"
+fi
+
 log "done in $((SECONDS - T0))s; activate with: source $VENV/bin/activate"
 exit 0
 }

@@ -1,0 +1,98 @@
+"""Resize = checkpoint-restart, with a real torchrun job on CPU driven by the engine.
+
+An elastic job (1..2 GPUs) starts on 2 GPUs of a 2-GPU host under elastic-fifo; a second job
+arrives and the policy shrinks the first to 1 GPU; when the second ends it grows back to 2.
+The training (tests/jobs/elastic_train.py) is deterministic and its global batch does not depend
+on the world size, so the resized run must continue its step counter where it stopped and end
+with the weights of a run that was never resized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors.local import LocalExecutor
+from schedulearn.model import JobState, virtual_cluster
+
+from tests.conftest import require
+
+JOBS = Path(__file__).parent / "jobs"
+STEPS = 40
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+async def wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_torchrun_job_resized_2_1_2_continues_and_matches_an_unresized_run(tmp_path):
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    release = tmp_path / "release"
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=20)
+        eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            a = eng.submit({"name": "elastic", "command": ["python", str(JOBS / "elastic_train.py")],
+                            "launcher": "torchrun", "gpus": "auto", "min_gpus": 1, "max_gpus": 2,
+                            "env": {"TRAIN_STEPS": str(STEPS), "STEP_SLEEP": "0.1"}})
+            assert a.size == 0 or a.size == 2
+            await wait_for(lambda: "step 3 world 2" in ex.logs(a.id), 90, "the job to train on 2 GPUs")
+            b = eng.submit({"command": [sys.executable, str(JOBS / "show_env.py"), str(release)], "gpus": 1})
+            await wait_for(lambda: b.state is JobState.running, 10, "the second job to start")
+            assert a.size == 1 and a.state is JobState.running
+            await wait_for(lambda: re.search(r"step \d+ world 1", ex.logs(a.id)), 90,
+                           "the job to train on 1 GPU")
+            release.touch()
+            await wait_for(lambda: b.state.final, 30, "the second job to end")
+            await wait_for(lambda: a.size == 2, 10, "the job to grow back")
+            await wait_for(lambda: a.state.final, 150, "the resized job to finish")
+            text = ex.logs(a.id)
+            assert a.state is JobState.succeeded, a.reason + "\n" + text[-3000:]
+            assert a.restarts == 2
+
+            steps = [(int(s), int(w), int(r)) for s, w, r in
+                     re.findall(r"^step (\d+) world (\d) restart (\d)$", text, re.M)]
+            numbers = [s for s, _, _ in steps]
+            assert numbers == list(range(1, STEPS + 1)), numbers  # continuous: no restart from 0
+            worlds = [w for i, (_, w, _) in enumerate(steps) if i == 0 or steps[i - 1][1] != w]
+            assert worlds == [2, 1, 2], worlds
+            assert sorted({r for _, _, r in steps}) == [0, 1, 2]
+            resumed = [int(s) for s in re.findall(r"^restart \d world \d resuming at (\d+)$", text, re.M)]
+            assert resumed[0] == 0 and all(s > 0 for s in resumed[1:]) and len(resumed) == 3
+
+            sys.path.insert(0, str(JOBS))
+            try:
+                import elastic_train
+            finally:
+                sys.path.remove(str(JOBS))
+            final = json.loads((tmp_path / "jobs" / str(a.id) / "final.json").read_text())
+            expected = elastic_train.reference(STEPS)
+            assert len(final) == len(expected) == 9
+            assert max(abs(x - y) for x, y in zip(final, expected, strict=True)) < 1e-9, (final, expected)
+            metrics = (tmp_path / "jobs" / str(a.id) / "metrics.jsonl").read_text().splitlines()
+            assert {json.loads(m)["num_gpus"] for m in metrics} == {1, 2}
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())

@@ -1,0 +1,147 @@
+"""This host's GPUs: NVML through `nvidia-ml-py`, or declared virtual GPUs where NVML is missing.
+
+`Inventory(virtual_gpus=4).refresh()` returns `[Node]` for this host. With NVML: one `Gpu` per
+physical GPU (NVML index, UUID, name, memory total/used in MiB, utilisation %); a GPU in MIG mode
+is not schedulable whole, so its MIG devices are listed instead, each as its own `Gpu` with
+`mig_parent` = the parent's UUID, its MIG UUID (what `CUDA_VISIBLE_DEVICES` takes) and an index
+numbered after the physical GPUs. Without NVML (`NVMLError_LibraryNotFound`, no driver, no GPU)
+the node has `virtual_gpus` GPUs marked `virtual=True` (and so does the node).
+Docker hosts are described by the Docker executor's configuration, not here.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from .model import Gpu, Node
+
+log = logging.getLogger("schedulearn.inventory")
+_MIB = 1024 * 1024
+
+
+def _load_nvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Inventory:
+    """GPUs of one host. `refresh()` re-reads them (memory, utilisation, MIG changes)."""
+
+    def __init__(self, virtual_gpus: int = 0, host: str | None = None, nvml: Any = None):
+        if not isinstance(virtual_gpus, int) or virtual_gpus < 0:
+            raise ValueError(f"virtual_gpus: expected an integer >= 0, got {virtual_gpus!r}")
+        self.host = host or socket.gethostname()
+        self.virtual_gpus = virtual_gpus
+        self._nvml = nvml if nvml is not None else _load_nvml()
+        self._initialised = False
+        self.nvml_error: str | None = None  # why NVML is not used, when it is not
+        self.nodes: list[Node] = []
+
+    @property
+    def virtual(self) -> bool:
+        return not self.nodes or all(n.virtual for n in self.nodes)
+
+    def refresh(self) -> list[Node]:
+        gpus = self._read_nvml()
+        if gpus:
+            self.nodes = [Node(name=self.host, gpus=gpus, virtual=False, address="localhost")]
+        else:
+            node = Node.virtual_node(self.host, self.virtual_gpus)
+            node.address = "localhost"
+            self.nodes = [node]
+        return self.nodes
+
+    def close(self) -> None:
+        if self._initialised:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001 - shutting down is best effort
+                pass
+            self._initialised = False
+
+    # -- NVML ------------------------------------------------------------------------------------
+    def _read_nvml(self) -> list[Gpu]:
+        nv = self._nvml
+        if nv is None:
+            self.nvml_error = "nvidia-ml-py is not installed"
+            return []
+        try:
+            if not self._initialised:
+                nv.nvmlInit()
+                self._initialised = True
+            count = nv.nvmlDeviceGetCount()
+            physical = [self._device(nv, i) for i in range(count)]
+        except nv.NVMLError as e:
+            self.nvml_error = f"NVML unavailable: {e}"
+            if self._initialised:
+                self.close()
+            if self.virtual_gpus:
+                log.info("%s; using %d declared virtual GPUs", self.nvml_error, self.virtual_gpus)
+            return []
+        self.nvml_error = None
+        gpus: list[Gpu] = []
+        migs: list[Gpu] = []
+        for gpu, handle in physical:
+            children = self._mig_devices(nv, handle, gpu)
+            if children:
+                migs.extend(children)
+            else:
+                gpus.append(gpu)
+        nxt = max((g.index for g, _ in physical), default=-1) + 1
+        for m in migs:
+            m.index = nxt
+            nxt += 1
+        return gpus + migs
+
+    @staticmethod
+    def _info(nv: Any, handle: Any) -> tuple[str, str, int, int, float]:
+        uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        name = _text(nv.nvmlDeviceGetName(handle))
+        mem = nv.nvmlDeviceGetMemoryInfo(handle)
+        try:
+            util = float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except nv.NVMLError:  # not supported (MIG devices, some boards)
+            util = 0.0
+        return uuid, name, int(mem.total // _MIB), int(mem.used // _MIB), util
+
+    def _device(self, nv: Any, i: int) -> tuple[Gpu, Any]:
+        handle = nv.nvmlDeviceGetHandleByIndex(i)
+        uuid, name, total, used, util = self._info(nv, handle)
+        return Gpu(index=i, uuid=uuid, name=name, memory_total_mb=total, memory_used_mb=used,
+                   utilization=util, virtual=False), handle
+
+    def _mig_devices(self, nv: Any, handle: Any, parent: Gpu) -> list[Gpu]:
+        try:
+            current, _pending = nv.nvmlDeviceGetMigMode(handle)
+        except nv.NVMLError:  # no MIG on this GPU
+            return []
+        if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        out = []
+        for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nv.NVMLError:  # empty slot
+                continue
+            uuid, name, total, used, util = self._info(nv, mh)
+            out.append(Gpu(index=-1, uuid=uuid, name=name, memory_total_mb=total, memory_used_mb=used,
+                           utilization=util, virtual=False, mig_parent=parent.uuid))
+        return out
+
+
+def discover(virtual_gpus: int = 0, host: str | None = None) -> list[Node]:
+    """This host's GPUs once (see `Inventory`)."""
+    inv = Inventory(virtual_gpus, host)
+    try:
+        return inv.refresh()
+    finally:
+        inv.close()

@@ -38,8 +38,8 @@ def _env_number(trait: str, kind: type, fallback: Any) -> Any:
     try:
         return kind(value)
     except ValueError:
-        raise TraitError(f"{ENV_PREFIX}{trait.upper()}: expected {'an integer' if kind is int else 'a number'}, "
-                         f"got {value!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise TraitError(f"{ENV_PREFIX}{trait.upper()}: expected {what}, got {value!r}") from None
 
 
 def schedulearn_dir() -> Path:

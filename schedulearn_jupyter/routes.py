@@ -27,8 +27,9 @@ class ApiMixin:
     manager: Any
 
     def prepare(self):  # type: ignore[override]
-        length = self.request.headers.get("Content-Length")
-        if (length and length.isdigit() and int(length) > MAX_BODY) or len(self.request.body or b"") > MAX_BODY:
+        length = self.request.headers.get("Content-Length", "")
+        too_long = length.isdigit() and int(length) > MAX_BODY
+        if too_long or len(self.request.body or b"") > MAX_BODY:
             raise ApiError(f"body: at most {MAX_BODY} bytes", 413)
         return super().prepare()  # type: ignore[misc]
 

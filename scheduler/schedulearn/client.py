@@ -167,7 +167,8 @@ class Client:
         return self.request("DELETE", f"jobs/{int(job_id)}")
 
     def logs(self, job_id: int, tail: int | None = None) -> str:
-        return self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail}).decode("utf-8", "replace")
+        raw = self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail})
+        return raw.decode("utf-8", "replace")
 
     def follow(self, job_id: int, tail: int | None = None, timeout: float | None = None) -> Iterator[str]:
         """The log's lines as the job writes them, until it ends."""

@@ -1,0 +1,156 @@
+"""`RemoteManager`: the extension's API answered by a standalone scheduler (`schedulearn serve`).
+
+Configured with `SchedulearnApp.remote_url` / `remote_token`; the extension then runs no engine
+of its own and forwards each call (the websocket and log streams included). The remote server
+records the user its token belongs to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tornado import httpclient, websocket
+
+from .manager import ApiError
+
+API_PATH = "schedulearn/api/"
+
+
+class RemoteSubscription:
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.closed = False
+
+    def __aiter__(self) -> RemoteSubscription:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        while not self.closed:
+            msg = await self.conn.read_message()
+            if msg is None:
+                break
+            event = json.loads(msg)
+            if event.get("type") != "hello":
+                return event
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.conn.close()
+
+
+class RemoteManager:
+    remote = True
+
+    def __init__(self, url: str, token: str = "", timeout: float = 30.0):
+        url = url if url.endswith("/") else url + "/"
+        self.api = url if url.endswith(API_PATH) else url + API_PATH
+        self.token = token
+        self.timeout = timeout
+        self.http = httpclient.AsyncHTTPClient()
+
+    def start(self, loop: Any = None) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = f"token {self.token}"
+        return h
+
+    def _url(self, path: str, params: dict[str, Any] | None = None) -> str:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        return self.api + path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    async def _fetch(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                     raw: bool = False, **kw: Any) -> Any:
+        req = httpclient.HTTPRequest(
+            self._url(path, params), method=method, headers=self._headers(),
+            body=json.dumps(body) if body is not None else (b"" if method in ("POST", "PUT") else None),
+            request_timeout=kw.pop("request_timeout", self.timeout), allow_nonstandard_methods=True, **kw)
+        try:
+            resp = await self.http.fetch(req, raise_error=False)
+        except OSError as e:
+            raise ApiError(f"remote: cannot reach {self.api} ({e})", 502) from None
+        if resp.code == 599:
+            raise ApiError(f"remote: cannot reach {self.api} ({resp.error})", 502)
+        if resp.code >= 400:
+            try:
+                message = json.loads(resp.body)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = f"remote: HTTP {resp.code}"
+            raise ApiError(message, resp.code if resp.code < 500 else 502)
+        return resp.body if raw else (json.loads(resp.body) if resp.body else None)
+
+    async def policies(self) -> list[dict[str, str]]:
+        return await self._fetch("GET", "policies")
+
+    async def policy(self) -> dict[str, str]:
+        return await self._fetch("GET", "policy")
+
+    async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
+        return await self._fetch("PUT", "policy", {"policy": name})
+
+    async def gpus(self) -> dict[str, Any]:
+        return await self._fetch("GET", "gpus")
+
+    async def submit(self, data: Any, user: str) -> dict[str, Any]:
+        return await self._fetch("POST", "jobs", data)
+
+    async def list_jobs(self, state: str | None = None, user: str | None = None, limit: Any = None) -> dict:
+        return await self._fetch("GET", "jobs", params={"state": state, "user": user, "limit": limit})
+
+    async def get_job(self, job_id: Any) -> dict[str, Any]:
+        return await self._fetch("GET", f"jobs/{job_id}")
+
+    async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
+        return await self._fetch("DELETE", f"jobs/{job_id}")
+
+    async def logs(self, job_id: Any, tail: Any = None) -> str:
+        return (await self._fetch("GET", f"jobs/{job_id}/logs", params={"tail": tail}, raw=True)).decode()
+
+    async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
+        await self.get_job(job_id)  # a 404 now rather than an empty stream
+        return self._follow(job_id, tail)
+
+    async def _follow(self, job_id: Any, tail: Any) -> AsyncIterator[str]:
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        fetch = asyncio.ensure_future(self._fetch(
+            "GET", f"jobs/{job_id}/logs", params={"tail": tail, "follow": 1}, raw=True,
+            streaming_callback=queue.put_nowait, request_timeout=24 * 3600))
+        fetch.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while True:
+                chunk = await queue.get()
+                if chunk is None:
+                    break
+                yield chunk.decode("utf-8", "replace")
+        finally:
+            fetch.cancel()
+            with contextlib.suppress(BaseException):
+                await fetch
+
+    async def result(self, job_id: Any) -> bytes:
+        return await self._fetch("GET", f"jobs/{job_id}/result", raw=True)
+
+    async def subscribe(self) -> RemoteSubscription:
+        ws_url = "ws" + self.api[len("http"):] + "events"
+        req = httpclient.HTTPRequest(ws_url, headers=self._headers(), connect_timeout=self.timeout)
+        try:
+            conn = await websocket.websocket_connect(req)
+        except (OSError, httpclient.HTTPClientError) as e:
+            raise ApiError(f"remote: cannot open the events socket of {self.api} ({e})", 502) from None
+        return RemoteSubscription(conn)
+
+    async def hello(self) -> dict[str, Any]:
+        policy = await self.policy()
+        return {"type": "hello", "policy": policy["policy"], "remote": self.api}

@@ -1,0 +1,289 @@
+"""`schedulearn submit|ls|logs|cancel|policy|gpus|serve`: the API from a terminal.
+
+Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
+`SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
+a short table or, with `--json`, the API's JSON. Errors are one line on stderr, exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .client import Client, ClientError
+from .model import LAUNCHERS
+
+COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus", "serve")
+
+
+def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    p.add_argument("--url", help="server base URL (default: $SCHEDULEARN_URL or the runtime file)")
+    p.add_argument("--token", help="API token (default: $SCHEDULEARN_TOKEN or the runtime file)")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print the API's JSON")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("submit", help="queue a job on the scheduler",
+                              description="Queue a command (after --) or a Python script as a job.")
+    _common(p)
+    p.add_argument("--name", help="job name")
+    p.add_argument("--gpus", default=None, help="GPUs: an integer or 'auto' (default 1)")
+    p.add_argument("--min-gpus", type=int, default=None)
+    p.add_argument("--max-gpus", type=int, default=None)
+    p.add_argument("--launcher", choices=LAUNCHERS, default=None)
+    p.add_argument("--image", help="Docker image (docker executor)")
+    p.add_argument("--priority", type=int, default=None)
+    p.add_argument("--workdir", help="working directory of the job")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
+    p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
+    p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
+    p.add_argument("--wait", action="store_true", help="follow the log until the job ends")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command's argv")
+    p.set_defaults(func=cmd_submit)
+
+    p = subparsers.add_parser("ls", help="list jobs")
+    _common(p)
+    p.add_argument("--state", help="queued, running, succeeded, failed or cancelled")
+    p.add_argument("--user", help="only this user's jobs")
+    p.add_argument("--limit", type=int, default=None, help="only the newest N")
+    p.set_defaults(func=cmd_ls)
+
+    p = subparsers.add_parser("logs", help="print a job's log")
+    _common(p, json_flag=False)
+    p.add_argument("job_id", type=int)
+    p.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    p.set_defaults(func=cmd_logs)
+
+    p = subparsers.add_parser("cancel", help="cancel jobs")
+    _common(p)
+    p.add_argument("job_ids", type=int, nargs="+")
+    p.set_defaults(func=cmd_cancel)
+
+    p = subparsers.add_parser("policy", help="show or switch the scheduling policy")
+    _common(p)
+    p.add_argument("name", nargs="?", help="the policy to switch to")
+    p.set_defaults(func=cmd_policy)
+
+    p = subparsers.add_parser("gpus", help="the GPU inventory and who holds each GPU")
+    _common(p)
+    p.set_defaults(func=cmd_gpus)
+
+    from . import serve
+
+    p = subparsers.add_parser("serve", help="run the scheduler as a standalone server",
+                              description=serve.__doc__.split("\n\n")[0])
+    serve.add_arguments(p)
+    p.set_defaults(func=serve.run_from_args)
+
+
+# -- commands ---------------------------------------------------------------------------------
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, args.token)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _fail(message: str) -> int:
+    print(f"schedulearn: {message}", file=sys.stderr)
+    return 1
+
+
+def build_spec(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if args.spec is not None:
+        try:
+            spec = json.loads(args.spec.read_text())
+        except (OSError, ValueError) as e:
+            raise ClientError(f"spec: cannot read a JSON object from {args.spec} ({e})") from None
+        if not isinstance(spec, dict):
+            raise ClientError(f"spec: expected a JSON object in {args.spec}")
+    command = list(args.argv)
+    if command and command[0] == "--":
+        command = command[1:]
+    if command:
+        spec["command"] = command
+        spec.pop("script", None)
+    if args.script is not None:
+        try:
+            spec["script"] = args.script.read_text()
+        except OSError as e:
+            raise ClientError(f"script: cannot read {args.script} ({e.strerror})") from None
+        spec.pop("command", None)
+        spec.setdefault("name", args.script.stem)
+    if args.gpus is not None:
+        spec["gpus"] = args.gpus if args.gpus == "auto" else _int("gpus", args.gpus)
+    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir"):
+        value = getattr(args, key)
+        if value is not None:
+            spec[key] = value
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClientError(f"env: expected KEY=VALUE, got {item!r}")
+        spec.setdefault("env", {})[key] = value
+    if "command" not in spec and "script" not in spec:
+        raise ClientError("command: give a command after -- or --script FILE (or --spec FILE)")
+    return spec
+
+
+def _int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ClientError(f"{name}: expected an integer or 'auto', got {text!r}") from None
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    try:
+        spec = build_spec(args)
+        client = _client(args)
+        job = client.submit(spec)
+        if args.json:
+            _print_json(job)
+        else:
+            print(f"submitted job {job['id']} ({job['name']}, {job['state']})")
+        if args.wait:
+            for line in client.follow(job["id"]):
+                sys.stdout.write(line)
+            sys.stdout.flush()
+            job = client.job(job["id"])
+            print(f"job {job['id']}: {job['state']}" + (f" ({job['reason']})" if job.get("reason") else ""),
+                  file=sys.stderr)
+            return 0 if job["state"] == "succeeded" else 1
+    except ClientError as e:
+        return _fail(str(e))
+    return 0
+
+
+def _ago(t: float | None) -> str:
+    if not t:
+        return "-"
+    s = max(0, int(time.time() - t))
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
+def _table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    try:
+        jobs = _client(args).jobs(args.state, args.user, args.limit)
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json({"jobs": jobs})
+        return 0
+    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "REASON"]]
+    for j in jobs:
+        rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], str(j["gpus"]),
+                     _ago(j["submit_time"]) + " ago", (j.get("reason") or "")[:50]])
+    _table(rows)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    try:
+        client = _client(args)
+        if args.follow:
+            for line in client.follow(args.job_id, args.tail):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        else:
+            sys.stdout.write(client.logs(args.job_id, args.tail))
+    except ClientError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    client = _client_or_none(args)
+    if client is None:
+        return 1
+    done, failed = [], 0
+    for job_id in args.job_ids:
+        try:
+            job = client.cancel(job_id)
+            done.append(job)
+            if not args.json:
+                print(f"job {job_id}: {'cancelled' if job['state'] == 'cancelled' else 'stopping'}")
+        except ClientError as e:
+            failed += 1
+            print(f"schedulearn: job {job_id}: {e}", file=sys.stderr)
+    if args.json:
+        _print_json({"jobs": done})
+    return 1 if failed else 0
+
+
+def _client_or_none(args: argparse.Namespace) -> Client | None:
+    try:
+        return _client(args)
+    except ClientError as e:
+        _fail(str(e))
+        return None
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    try:
+        client = _client(args)
+        if args.name:
+            name = client.set_policy(args.name)
+            if args.json:
+                _print_json({"policy": name})
+            else:
+                print(f"policy: {name}")
+            return 0
+        current = client.policy()
+        available = client.policies()
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json({"policy": current, "policies": available})
+        return 0
+    for p in available:
+        mark = "*" if p["name"] == current else " "
+        print(f"{mark} {p['name']:<14} {p['description']}")
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    try:
+        data = _client(args).gpus()
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json(data)
+        return 0
+    rows = [["NODE", "GPU", "NAME", "MEMORY (MiB)", "UTIL", "JOB"]]
+    for node in data["nodes"]:
+        for g in node["gpus"]:
+            mem = f"{g['memory_used_mb']}/{g['memory_total_mb']}" if g["memory_total_mb"] else "-"
+            rows.append([node["name"] + (" (virtual)" if node["virtual"] else ""), str(g["index"]),
+                         g["name"], mem, f"{g['utilization']:.0f}%",
+                         str(g["job_id"]) if g["job_id"] is not None else "-"])
+    _table(rows)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (the project's `schedulearn.cli` registers the same commands)."""
+    parser = argparse.ArgumentParser(prog="schedulearn")
+    register(parser.add_subparsers(dest="command_name", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""`schedulearn serve`: the scheduler as its own server, for GPUs shared by several people.
+
+The same REST API and websocket as the Jupyter extension (at `/schedulearn/api/`), with token
+authentication: one token (`--token`, `$SCHEDULEARN_SERVE_TOKEN`, or a random one printed at
+start) or a JSON file of `{"<token>": "<user name>"}` (`--tokens`) so that each person's jobs
+carry their name and only they may cancel them. The store should be PostgreSQL for a shared
+set-up (`--store postgresql+psycopg://user:pass@db/schedulearn`); SQLite works for one machine.
+Each user's Jupyter then points its extension at this server:
+`c.SchedulearnApp.remote_url = "http://gpu-box:8765/"` and `remote_token = "<their token>"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .model import SpecError
+
+log = logging.getLogger("schedulearn.serve")
+
+TOKEN_ENV = "SCHEDULEARN_SERVE_TOKEN"
+DEFAULT_PORT = 8765
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    p.add_argument("--host", default=env("SCHEDULEARN_HOST", "127.0.0.1"),
+                   help="address to listen on (0.0.0.0 for every interface; default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=int(env("SCHEDULEARN_PORT", DEFAULT_PORT)))
+    p.add_argument("--token", default=env(TOKEN_ENV), help=f"the API token (default: ${TOKEN_ENV} or random)")
+    p.add_argument("--tokens", type=Path, default=None,
+                   help='JSON file {"<token>": "<user>", ...}: one token per user')
+    p.add_argument("--user", default=None, help="user name for --token (default: the OS user)")
+    p.add_argument("--store", default=env("SCHEDULEARN_STORE_URL"),
+                   help="store URL (postgresql+psycopg://... for a shared set-up; default: a SQLite file "
+                        "in the user's data dir)")
+    p.add_argument("--executor", default=env("SCHEDULEARN_EXECUTOR", "local"),
+                   help="local | docker | sim")
+    p.add_argument("--docker-host", action="append", dest="docker_hosts",
+                   default=[h for h in env("SCHEDULEARN_DOCKER_HOSTS", "").split(",") if h],
+                   help="a Docker daemon URL (repeat)")
+    p.add_argument("--virtual-gpus", type=int, default=int(env("SCHEDULEARN_VIRTUAL_GPUS", 0)),
+                   help="virtual GPUs per host when NVML finds none")
+    p.add_argument("--policy", default=env("SCHEDULEARN_DEFAULT_POLICY", "fifo"),
+                   help="policy at first start")
+    p.add_argument("--default-image", default=env("SCHEDULEARN_DEFAULT_IMAGE", ""))
+    p.add_argument("--cancel-grace", type=float, default=float(env("SCHEDULEARN_CANCEL_GRACE", 10.0)))
+    p.add_argument("--job-root", default=env("SCHEDULEARN_JOB_ROOT"),
+                   help="jobs' folders (default: <data dir>/schedulearn/jobs)")
+    p.add_argument("--tick", type=float, default=float(env("SCHEDULEARN_TICK", 5.0)))
+    p.add_argument("--base-url", default="/", help="URL prefix of the API (default /)")
+
+
+def load_tokens(args: argparse.Namespace) -> dict[str, str]:
+    """token -> user name."""
+    from schedulearn_jupyter.manager import default_user
+
+    tokens: dict[str, str] = {}
+    if args.tokens is not None:
+        try:
+            data = json.loads(args.tokens.read_text())
+        except (OSError, ValueError) as e:
+            raise SpecError(f"tokens: cannot read a JSON object from {args.tokens} ({e})") from None
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                 for k, v in data.items()):
+            raise SpecError(f'tokens: expected {{"<token>": "<user>", ...}} in {args.tokens}')
+        tokens.update(data)
+    if args.token:
+        tokens[args.token] = args.user or default_user()
+    return tokens
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from schedulearn_jupyter.manager import Settings
+
+    data_dir = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "schedulearn"
+    if args.store:
+        store = args.store
+    else:
+        from .store import default_url
+
+        store = default_url()
+    return Settings(
+        store_url=store,
+        executor=args.executor,
+        docker_hosts=list(args.docker_hosts or []),
+        virtual_gpus=args.virtual_gpus,
+        default_policy=args.policy,
+        default_image=args.default_image,
+        cancel_grace=args.cancel_grace,
+        job_root=args.job_root or str(data_dir / "jobs"),
+        tick=args.tick,
+    )
+
+
+def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
+    """The tornado application: the extension's routes behind token authentication."""
+    from tornado import web, websocket
+
+    from schedulearn_jupyter import routes
+
+    class TokenAuth:
+        def get_current_user(self) -> str | None:
+            header = self.request.headers.get("Authorization", "")
+            scheme, _, value = header.partition(" ")
+            given = value.strip() if scheme.lower() in ("token", "bearer") else ""
+            given = given or self.get_query_argument("token", "")
+            if not given:
+                return None
+            for token, user in tokens.items():
+                if hmac.compare_digest(given.encode(), token.encode()):
+                    return user
+            return None
+
+        def get_login_url(self) -> str:
+            raise web.HTTPError(403, "token: missing or wrong; send 'Authorization: token <TOKEN>'")
+
+    class ServeApi(TokenAuth, routes.ApiMixin, web.RequestHandler):
+        def initialize(self) -> None:
+            self.manager = manager
+
+        def user_name(self) -> str:
+            return self.current_user
+
+    class ServeEvents(TokenAuth, routes.EventsMixin, websocket.WebSocketHandler):
+        def initialize(self) -> None:
+            self.manager = manager
+
+        async def get(self, *args: Any, **kwargs: Any) -> None:
+            if not self.current_user:
+                raise web.HTTPError(403)
+            await super().get(*args, **kwargs)
+
+        def check_origin(self, origin: str) -> bool:
+            return True  # authenticated by token, not by cookie: any origin may connect
+
+    def bind(mixin: type) -> type:
+        return type(mixin.__name__, (mixin, ServeApi), {})
+
+    prefix = base_url.rstrip("/") + "/" + routes.API_PREFIX
+    handlers: list[tuple[str, type]] = [(f"{prefix}/{path}", bind(m)) for path, m in routes.ROUTES]
+    handlers.append((f"{prefix}/events", ServeEvents))
+    handlers.append((r"/.*", bind(routes.NotFoundHandler)))
+    return web.Application(handlers, websocket_ping_interval=30)
+
+
+async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
+                ready: Any = None, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or SIGINT/SIGTERM)."""
+    from schedulearn_jupyter.manager import SchedulerManager
+
+    Path(settings.job_root).mkdir(parents=True, exist_ok=True)
+    manager = SchedulerManager(settings)
+    manager.start()
+    app = make_app(manager, tokens, base_url)
+    server = app.listen(port, host, max_body_size=64 * 1024 * 1024)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, store %s",
+             manager.engine.total_gpus, host, port, base_url, settings.executor,
+             getattr(manager.store, "url", "memory"))
+    if ready is not None:
+        ready(manager)
+    try:
+        await stop.wait()
+    finally:
+        server.stop()
+        await manager.stop()
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        tokens = load_tokens(args)
+        generated = None
+        if not tokens:
+            generated = secrets.token_hex(24)
+            from schedulearn_jupyter.manager import default_user
+
+            tokens[generated] = args.user or default_user()
+        settings = settings_from_args(args)
+        settings.validate()
+    except SpecError as e:
+        print(f"schedulearn serve: {e}", file=sys.stderr)
+        return 2
+    shown = "localhost" if args.host in ("0.0.0.0", "::", "") else args.host
+    print(f"schedulearn: API at http://{shown}:{args.port}{args.base_url.rstrip('/')}/schedulearn/api/",
+          file=sys.stderr, flush=True)
+    if generated:
+        print(f"schedulearn: token {generated}  (export SCHEDULEARN_TOKEN={generated})", file=sys.stderr,
+              flush=True)
+    from .store import StoreError
+
+    try:
+        asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url))
+    except (SpecError, StoreError) as e:
+        print(f"schedulearn serve: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"schedulearn serve: port: cannot listen on {args.host}:{args.port} ({e.strerror})",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="schedulearn serve", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from traitlets import Bool, Float, Int
 
@@ -154,8 +154,8 @@ class SchedulearnMagics(Magics):
         return self._wait(handle, args.out)
 
     def _parse(self, line: str) -> Any:
-        try:
-            return parse_argstring(self.schedulearn, line)
+        try:  # shell quoting (IPython's own split keeps the quotes around 'a b')
+            return self.schedulearn.parser.parse_args(shlex.split(line))
         except UsageError as e:
             raise UsageError(f"%%schedulearn: {e} (see %%schedulearn --help)") from None
         except ValueError as e:  # an unclosed quote in the options line

@@ -52,16 +52,23 @@ class TextJobView(JobView):
         self.printed = 0  # characters of the log already shown
 
     def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None:
+        final = job.get("state") in FINAL_STATES
+        if not final:
+            self._status(job, position)
         if logs is not None and len(logs) > self.printed:
             self.out.write(logs[self.printed:])
             if not logs.endswith("\n"):
                 self.out.write("\n")
             self.printed = len(logs)
+        if final:
+            self._status(job, position)
+        self.out.flush()
+
+    def _status(self, job: dict[str, Any], position: int | None) -> None:
         key = f"{job.get('state')}/{position}/{job.get('gpus')}"
         if key != self.last:
             self.last = key
             self.out.write(views.status_line(job, position) + "\n")
-        self.out.flush()
 
     @property
     def wants_full_logs(self) -> bool:

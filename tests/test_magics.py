@@ -1,0 +1,285 @@
+"""`%%schedulearn` / `%schedulearn` driven through IPython's InteractiveShell against a real
+`jupyter server` with the Schedulearn extension (local executor, 4 virtual GPUs): real jobs run
+as processes, results come back over HTTP."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "kernel_magics"))
+
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from schedulearn.client import Client  # noqa: E402
+from schedulearn_magics.handle import JobFailed, JobHandle  # noqa: E402
+
+from tests.fixtures.jupyter import LiveServer  # noqa: E402
+
+GPUS = 4
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    home = tmp_path_factory.mktemp("magics-server")
+    traits = {
+        "virtual_gpus": GPUS, "executor": "local", "job_root": str(home / "jobs"),
+        "store_url": f"sqlite:///{home / 'jobs.db'}", "tick": 0.2, "inventory_interval": 0,
+        "cancel_grace": 2.0,
+    }
+    srv = LiveServer(home / "srv", traits).start()
+    saved = {k: os.environ.get(k) for k in ("SCHEDULEARN_URL", "SCHEDULEARN_TOKEN")}
+    os.environ["SCHEDULEARN_URL"], os.environ["SCHEDULEARN_TOKEN"] = srv.url, srv.token
+    try:
+        yield srv
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> Client:
+    return Client(server.url, server.token)
+
+
+@pytest.fixture
+def shell(server: LiveServer) -> InteractiveShell:
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "schedulearn_jupyter")  # the documented way, via the extension
+    magics = sh.magics_manager.registry["SchedulearnMagics"]
+    magics._client = None  # find the module's server from the environment
+    magics.cancel_on_interrupt = True
+    return sh
+
+
+def cell(sh: InteractiveShell, line: str, body: str) -> Any:
+    return sh.run_cell(f"%%schedulearn {line}\n{body}")
+
+
+def job_count(client: Client) -> int:
+    return len(client.jobs())
+
+
+def test_python_job_value_is_the_cell_value_and_out(shell: InteractiveShell, client: Client) -> None:
+    r = cell(shell, "--name sum-job -o total", "import os\nprint('pid', os.getpid())\nsum(range(10))")
+    assert r.success, r.error_in_exec
+    assert r.result == 45
+    assert shell.user_ns["total"] == 45
+    job = client.jobs()[-1]
+    assert job["name"] == "sum-job" and job["state"] == "succeeded"
+    assert job["spec"]["launcher"] == "python"
+    assert f"pid {os.getpid()}" not in client.logs(job["id"])  # it ran elsewhere
+    assert "pid " in client.logs(job["id"])
+
+
+def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:
+    r = cell(shell, "--no-wait -o h", "import time\nprint('working', flush=True)\ntime.sleep(1.5)\n'done'")
+    assert r.success, r.error_in_exec
+    handle = r.result
+    assert isinstance(handle, JobHandle) and shell.user_ns["h"] is handle
+    assert handle.state in ("queued", "running")  # returned before the job ended
+    assert handle.result(timeout=60) == "done"
+    assert handle.state == "succeeded"
+    assert "working" in handle.logs()
+    assert handle.cancel()["state"] == "succeeded"  # cancelling a finished job changes nothing
+
+
+def test_vars_are_shipped(shell: InteractiveShell) -> None:
+    shell.run_cell("weights = {'a': [1, 2, 3]}\ndef triple(x):\n    return 3 * x\n")
+    r = cell(shell, "--vars weights,triple", "triple(sum(weights['a']))")
+    assert r.success, r.error_in_exec
+    assert r.result == 18
+
+
+def test_files_are_shipped(shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "lr.txt").write_text("0.01")
+    (tmp_path / "labels.csv").write_text("cat\ndog\n")
+    monkeypatch.chdir(tmp_path)
+    r = cell(shell, "--files conf --files labels.csv",
+             "lr = float(open('conf/lr.txt').read())\n"
+             "labels = open('labels.csv').read().split()\n"
+             "(lr, labels)")
+    assert r.success, r.error_in_exec
+    assert r.result == (0.01, ["cat", "dog"])
+
+
+def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: Client) -> None:
+    r = cell(shell, "--env GREETING=hello --env 'SPACED=a b' --gpus 2 --priority 5",
+             "import os\n(os.environ['GREETING'], os.environ['SPACED'], os.environ['SCHEDULEARN_NUM_GPUS'])")
+    assert r.success, r.error_in_exec
+    assert r.result == ("hello", "a b", "2")
+    spec = client.jobs()[-1]["spec"]
+    assert spec["priority"] == 5 and spec["gpus"] == 2
+
+
+def test_torchrun_detected_and_run_with_one_process_per_gpu(shell: InteractiveShell, client: Client) -> None:
+    body = (
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+        "dist.all_reduce(t)\n"
+        "world = dist.get_world_size()\n"
+        "dist.destroy_process_group()\n"
+        "(world, t.item())"
+    )
+    r = cell(shell, "--gpus 2", body)
+    assert r.success, r.error_in_exec
+    assert r.result == (2, 3.0)
+    assert client.jobs()[-1]["spec"]["launcher"] == "torchrun"
+
+
+def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell) -> None:
+    r = cell(shell, "", "print('before the crash')\nraise ValueError('bad batch')")
+    assert isinstance(r.error_in_exec, JobFailed)
+    msg = str(r.error_in_exec)
+    assert "\n" not in msg and "failed" in msg and "exit code 1" in msg
+
+
+@pytest.mark.parametrize(
+    ("line", "body", "message"),
+    [
+        ("--bogus", "1", "unrecognized arguments: --bogus"),
+        ("--gpus 0", "1", "--gpus: expected an integer >= 1 or 'auto', got '0'"),
+        ("--gpus two", "1", "--gpus: expected an integer >= 1 or 'auto'"),
+        (f"--gpus {GPUS + 1}", "1", "gpus: at most 4"),
+        ("--launcher mpi", "1", "invalid choice: 'mpi'"),
+        ("--vars nope", "1", "--vars: no variable named 'nope' in the notebook"),
+        ("--vars lock", "1", "--vars: 'lock' cannot be pickled"),
+        ("--files missing.bin", "1", "--files: no such file or folder: 'missing.bin'"),
+        ("--env NOEQUALS", "1", "--env: expected K=V"),
+        ("--timeout soon", "1", "--timeout: expected a duration"),
+        ("--min-gpus 3 --max-gpus 2 --gpus auto", "1", "--min-gpus: must be <= --max-gpus"),
+        ("", "x = (1,\nprint(x)", "cell: syntax error"),
+        ("", "   \n", "cell: empty"),
+    ],
+)
+def test_bad_input_is_one_line_and_submits_nothing(
+    shell: InteractiveShell, client: Client, line: str, body: str, message: str
+) -> None:
+    shell.run_cell("import threading\nlock = threading.Lock()")
+    before = job_count(client)
+    r = cell(shell, line, body)
+    assert isinstance(r.error_in_exec, UsageError), r.error_in_exec
+    assert message in str(r.error_in_exec)
+    assert "\n" not in str(r.error_in_exec)
+    assert job_count(client) == before
+
+
+def test_bad_line_magic_input(shell: InteractiveShell, client: Client) -> None:
+    before = client.policy()
+    for line, message in [
+        ("policy nosuch", "nosuch"),
+        ("frobnicate", "unknown command 'frobnicate'"),
+        ("logs", "expected one job id"),
+        ("cancel x", "expected one job id"),
+        ("logs 999999", "no job with id 999999"),
+    ]:
+        r = shell.run_cell(f"%schedulearn {line}")
+        assert isinstance(r.error_in_exec, UsageError), (line, r.error_in_exec)
+        assert message in str(r.error_in_exec) and "\n" not in str(r.error_in_exec), line
+    assert client.policy() == before
+
+
+def test_no_server_is_one_line(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDULEARN_URL", "http://127.0.0.1:9/")  # nothing listens on the discard port
+    magics = shell.magics_manager.registry["SchedulearnMagics"]
+    magics._client = None
+    r = cell(shell, "", "1")
+    assert isinstance(r.error_in_exec, UsageError)
+    assert "cannot reach" in str(r.error_in_exec) and "\n" not in str(r.error_in_exec)
+    magics._client = None
+
+
+def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture) -> None:
+    r = cell(shell, "--no-wait --name sleeper", "import time\nprint('tick', flush=True)\ntime.sleep(60)")
+    handle = r.result
+    deadline = time.monotonic() + 30
+    while "tick" not in handle.logs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    capsys.readouterr()
+    shell.run_cell(f"%schedulearn logs {handle.id}")
+    assert "tick" in capsys.readouterr().out
+    shell.run_cell("%schedulearn ls")
+    out = capsys.readouterr().out
+    assert "sleeper" in out and "running" in out
+    shell.run_cell(f"%schedulearn cancel {handle.id}")
+    assert f"job {handle.id}:" in capsys.readouterr().out
+    handle.wait(timeout=30)
+    assert handle.state == "cancelled"
+
+    shell.run_cell("%schedulearn policy las")
+    assert client.policy() == "las"
+    shell.run_cell("%schedulearn policy")
+    out = capsys.readouterr().out
+    assert "* las" in out and "fifo" in out
+    shell.run_cell("%schedulearn policy fifo")
+    assert client.policy() == "fifo"
+    shell.run_cell("%schedulearn gpus")
+    out = capsys.readouterr().out
+    assert "(virtual)" in out and out.count("virtual GPU") == GPUS
+
+    done = cell(shell, "--no-wait", "'kept'").result
+    done.wait(timeout=60)
+    assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
+
+
+def _interrupt_when_running(client: Client, name: str) -> threading.Thread:
+    def run() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = [j for j in client.jobs() if j["name"] == name]
+            if jobs and jobs[-1]["state"] == "running":
+                _thread.interrupt_main()
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client) -> None:
+    t = _interrupt_when_running(client, "interrupted")
+    r = cell(shell, "--name interrupted", "import time\ntime.sleep(120)")
+    t.join()
+    assert isinstance(r.error_in_exec, KeyboardInterrupt)
+    job = [j for j in client.jobs() if j["name"] == "interrupted"][-1]
+    deadline = time.monotonic() + 30
+    while job["state"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        job = client.job(job["id"])
+    assert job["state"] == "cancelled"
+
+
+def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client) -> None:
+    shell.run_line_magic("config", "SchedulearnMagics.cancel_on_interrupt = False")
+    t = _interrupt_when_running(client, "kept-running")
+    r = cell(shell, "--name kept-running", "import time\ntime.sleep(120)")
+    t.join()
+    assert isinstance(r.error_in_exec, KeyboardInterrupt)
+    job = [j for j in client.jobs() if j["name"] == "kept-running"][-1]
+    time.sleep(1.0)
+    assert client.job(job["id"])["state"] == "running"
+    client.cancel(job["id"])
+
+
+def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: pytest.CaptureFixture) -> None:
+    capsys.readouterr()
+    shell.run_cell("%schedulearn queue")
+    out = capsys.readouterr().out
+    assert out.startswith("policy: ")
+    assert "state" in out and "waited" in out and "succeeded" in out

@@ -1,0 +1,135 @@
+"""The cell bundle and launcher detection, run for real (the runner script in a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_magics"))
+
+from schedulearn_magics import bundle  # noqa: E402
+from schedulearn_magics.bundle import BundleError, detect_launcher  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import horovod.torch as hvd\nhvd.init()", "horovod"),
+        ("from horovod import torch as hvd", "horovod"),
+        ("import torch.distributed as dist\nimport horovod.torch as hvd", "horovod"),
+        ("import torch.distributed as dist", "torchrun"),
+        ("from torch.distributed import init_process_group", "torchrun"),
+        ("from torch import distributed", "torchrun"),
+        ("import torch\ntorch.distributed.init_process_group('gloo')", "torchrun"),
+        ("from torch.nn.parallel import DistributedDataParallel as DDP", "torchrun"),
+        ("def f():\n    import torch.distributed\n", "torchrun"),  # nested imports count
+        ("import torch\nx = torch.ones(2)\nx.sum()", "python"),
+        ("# import horovod\nimport torch", "python"),  # a comment is not an import
+        ("s = 'import torch.distributed'\nprint(s)", "python"),  # nor is a string
+        ("import horovodx", "python"),  # a different package
+        ("from .horovod import x", "python"),  # a relative import is not the package
+        ("import mytorch.distributed", "python"),
+    ],
+)
+def test_launcher_detection(source: str, expected: str) -> None:
+    assert detect_launcher(source) == expected
+
+
+def test_syntax_error_is_one_line_with_line_number() -> None:
+    with pytest.raises(BundleError) as e:
+        bundle.build_script("x = 1\ny = (2 +\n")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("cell: syntax error")
+    assert "line 2" in msg
+
+
+def run_script(script: str, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "main.py").write_text(script)
+    full_env = {**os.environ, "SCHEDULEARN_JOB_DIR": str(job_dir), **(env or {})}
+    for key in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if key not in (env or {}):
+            full_env.pop(key, None)
+    return subprocess.run([sys.executable, "main.py"], cwd=job_dir, env=full_env, capture_output=True,
+                          text=True, timeout=60)
+
+
+
+def test_runner_loads_vars_files_and_saves_last_expression(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "a.txt").write_text("alpha")
+    (src / "b.txt").write_text("beta")
+    files = bundle.pack_files(["data", "b.txt"], src)
+    ns = {"n": 7, "sq": lambda v: v * v, "table": {"k": [1, 2, 3]}}
+    variables = bundle.pack_vars(["n", "sq", "table"], ns)
+    cell = (
+        "print('files', open('data/a.txt').read(), open('b.txt').read())\n"
+        "result = sq(n) + sum(table['k'])\n"
+        "{'value': result, 'name': __name__}\n"
+    )
+    proc = run_script(bundle.build_script(cell, files, variables), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr
+    assert "files alpha beta" in proc.stdout
+    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    assert value == {"value": 55, "name": "__main__"}
+
+
+def test_only_rank_zero_writes_the_result(tmp_path: Path) -> None:
+    script = bundle.build_script("41 + 1")
+    proc = run_script(script, tmp_path / "r1", {"RANK": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "r1" / bundle.RESULT_FILE).exists()
+    proc = run_script(script, tmp_path / "h0", {"HOROVOD_RANK": "0"})
+    assert pickle.loads((tmp_path / "h0" / bundle.RESULT_FILE).read_bytes()) == 42
+
+
+def test_cell_without_final_expression_returns_none(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script("x = 3\nfor i in range(2):\n    x += i\n"), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    assert pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes()) is None
+
+
+def test_error_in_cell_fails_with_cell_traceback(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script("def f():\n    return 1 / 0\nf()\n"), tmp_path / "j")
+    assert proc.returncode == 1
+    assert "ZeroDivisionError" in proc.stderr
+    assert 'File "<schedulearn-cell>", line 2, in f' in proc.stderr
+    assert "return 1 / 0" in proc.stderr  # the cell's own line is shown
+    assert not (tmp_path / "j" / bundle.RESULT_FILE).exists()
+
+
+def test_unpicklable_result_fails_clearly(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script("import threading\nthreading.Lock()"), tmp_path / "j")
+    assert proc.returncode == 1
+    assert "cannot be pickled" in proc.stderr
+
+
+def test_timeout_stops_the_job(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script("import time\ntime.sleep(30)\n", timeout=0.5), tmp_path / "j")
+    assert proc.returncode == 124
+    assert "--timeout" in proc.stderr
+
+
+def test_missing_and_unpicklable_vars_name_the_variable() -> None:
+    with pytest.raises(BundleError, match=r"^--vars: no variable named 'nope' in the notebook$"):
+        bundle.pack_vars(["nope"], {})
+    with pytest.raises(BundleError, match=r"^--vars: 'lock' cannot be pickled \(TypeError"):
+        bundle.pack_vars(["lock"], {"lock": threading.Lock()})
+
+
+def test_missing_file_and_size_cap(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match=r"^--files: no such file or folder: 'nope.csv'$"):
+        bundle.pack_files(["nope.csv"], tmp_path)
+    (tmp_path / "big.bin").write_bytes(os.urandom(300_000))
+    files = bundle.pack_files(["big.bin"], tmp_path)
+    with pytest.raises(BundleError) as e:
+        bundle.build_script("1", files, max_bytes=200_000)
+    assert str(e.value).startswith("bundle: ") and "limit" in str(e.value) and "\n" not in str(e.value)

@@ -6,63 +6,18 @@ from __future__ import annotations
 
 import _thread
 import os
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from schedulearn.client import Client
+from schedulearn_magics.handle import JobFailed, JobHandle
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernel_magics"))
-
-from IPython.core.error import UsageError  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from schedulearn.client import Client  # noqa: E402
-from schedulearn_magics.handle import JobFailed, JobHandle  # noqa: E402
-
-from tests.fixtures.jupyter import LiveServer  # noqa: E402
-
-GPUS = 4
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    home = tmp_path_factory.mktemp("magics-server")
-    traits = {
-        "virtual_gpus": GPUS, "executor": "local", "job_root": str(home / "jobs"),
-        "store_url": f"sqlite:///{home / 'jobs.db'}", "tick": 0.2, "inventory_interval": 0,
-        "cancel_grace": 2.0,
-    }
-    srv = LiveServer(home / "srv", traits).start()
-    saved = {k: os.environ.get(k) for k in ("SCHEDULEARN_URL", "SCHEDULEARN_TOKEN")}
-    os.environ["SCHEDULEARN_URL"], os.environ["SCHEDULEARN_TOKEN"] = srv.url, srv.token
-    try:
-        yield srv
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server: LiveServer) -> Client:
-    return Client(server.url, server.token)
-
-
-@pytest.fixture
-def shell(server: LiveServer) -> InteractiveShell:
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "schedulearn_jupyter")  # the documented way, via the extension
-    magics = sh.magics_manager.registry["SchedulearnMagics"]
-    magics._client = None  # find the module's server from the environment
-    magics.cancel_on_interrupt = True
-    return sh
+from tests.magics.conftest import GPUS
 
 
 def cell(sh: InteractiveShell, line: str, body: str) -> Any:

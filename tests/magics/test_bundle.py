@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_magics"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernel_magics"))
 
 from schedulearn_magics import bundle  # noqa: E402
 from schedulearn_magics.bundle import BundleError, detect_launcher  # noqa: E402

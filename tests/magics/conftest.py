@@ -1,0 +1,57 @@
+"""Fixtures of the magics tests: a module-scoped live `jupyter server` with the Schedulearn
+extension, with `SCHEDULEARN_URL` / `SCHEDULEARN_TOKEN` pointing at it (as the extension sets them for
+the kernels it starts), and an IPython shell with the magics loaded."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from schedulearn.client import Client
+
+from tests.fixtures.jupyter import LiveServer
+
+GPUS = 4
+# Importable without an install too (the editable install puts kernel_magics/ on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernel_magics"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    home = tmp_path_factory.mktemp("magics-server")
+    traits = {
+        "virtual_gpus": GPUS, "executor": "local", "job_root": str(home / "jobs"),
+        "store_url": f"sqlite:///{home / 'jobs.db'}", "tick": 0.2, "inventory_interval": 0,
+        "cancel_grace": 2.0,
+    }
+    srv = LiveServer(home / "srv", traits).start()
+    saved = {k: os.environ.get(k) for k in ("SCHEDULEARN_URL", "SCHEDULEARN_TOKEN")}
+    os.environ["SCHEDULEARN_URL"], os.environ["SCHEDULEARN_TOKEN"] = srv.url, srv.token
+    try:
+        yield srv
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> Client:
+    return Client(server.url, server.token)
+
+
+@pytest.fixture
+def shell(server: LiveServer) -> InteractiveShell:
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "schedulearn_jupyter")  # the documented way, via the extension
+    magics = sh.magics_manager.registry["SchedulearnMagics"]
+    magics._client = None  # find the module's server from the environment
+    magics.cancel_on_interrupt = True
+    return sh

@@ -1,0 +1,111 @@
+"""The job widget and the queue widget, fed by the live server (ipywidgets models in this
+process; the browser test in tests/browser/ renders them)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from schedulearn.client import Client
+from schedulearn_magics.handle import JobHandle
+from schedulearn_magics.widgets import follow_in_background, job_widget, queue_widget
+
+from tests.magics.conftest import GPUS
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_job_widget_follows_queued_running_succeeded(
+    shell: InteractiveShell, client: Client, tmp_path: Path
+) -> None:
+    gate = tmp_path / "open"
+    # A job holding every GPU until the gate opens, so that the next job has to queue.
+    blocker = shell.run_cell(
+        f"%%schedulearn --no-wait --gpus {GPUS} --name blocker\n"
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+    ).result
+    wait_for(lambda: blocker.state == "running", what="the blocker to run")
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name watched\nprint('step 1', flush=True)\nimport time\n"
+        "time.sleep(0.5)\nprint('step 2', flush=True)\n'ok'"
+    ).result
+    assert isinstance(handle, JobHandle)
+
+    widget = job_widget(handle)
+    states: list[str] = []
+    positions: list[int] = []
+    widget.observe(lambda c: states.append(c["new"]), names="state")
+    widget.observe(lambda c: positions.append(c["new"]), names="position")
+    follow_in_background(handle, widget, poll=0.1)
+    wait_for(lambda: widget.state == "queued", what="the widget to show 'queued'")
+    assert widget.position == 1
+    assert "queued" in widget.header.value
+    assert not widget.cancel_button.disabled
+    gate.touch()
+    wait_for(lambda: widget.state == "succeeded", timeout=60, what="the widget to show 'succeeded'")
+    assert states[:1] == ["queued"]
+    assert "running" in states
+    assert states[-1] == "succeeded"
+    assert states.index("queued") < states.index("running") < states.index("succeeded")
+    assert 1 in positions and widget.position == 0
+    assert widget.gpus == 0  # its GPU was given back
+    assert "step 1" in widget.log_tail and "step 2" in widget.log_tail
+    assert "step 2" in widget.logview.value
+    assert widget.cancel_button.disabled  # nothing left to cancel
+    assert handle.result() == "ok"
+    blocker.wait(timeout=30)
+
+
+def test_job_widget_cancel_button(shell: InteractiveShell, client: Client) -> None:
+    handle = shell.run_cell("%%schedulearn --no-wait --name to-cancel\nimport time\ntime.sleep(120)").result
+    widget = job_widget(handle)
+    follow_in_background(handle, widget, poll=0.1)
+    wait_for(lambda: widget.state == "running", what="running")
+    assert widget.gpus == 1
+    widget.cancel_button.click()  # what a click in the browser does, through the comm
+    wait_for(lambda: widget.state == "cancelled", what="cancelled")
+    assert client.job(handle.id)["state"] == "cancelled"
+
+
+@pytest.fixture
+def queue(client: Client) -> Any:
+    client.set_policy("fifo")
+    w = queue_widget(client, interval=0.1)
+    yield w
+    w.close()
+    client.set_policy("fifo")
+
+
+def test_queue_widget_lists_jobs_and_policies(queue: Any, client: Client, shell: InteractiveShell) -> None:
+    names = [p["name"] for p in client.policies()]
+    assert list(queue.dropdown.options) == names
+    assert queue.dropdown.value == "fifo"
+    shell.run_cell("%%schedulearn --name listed-job\n1")
+    wait_for(lambda: "listed-job" in queue.table.value, what="the new job in the table")
+    for column in ("user", "name", "state", "GPUs", "waited", "ran"):
+        assert f">{column}</th>" in queue.table.value
+    job = [j for j in client.jobs() if j["name"] == "listed-job"][-1]
+    assert f"data-job-id='{job['id']}'" in queue.table.value
+
+
+def test_queue_dropdown_switches_the_server_policy(queue: Any, client: Client) -> None:
+    queue.dropdown.value = "las"  # a choice in the browser arrives as this change
+    assert client.policy() == "las"
+    queue.dropdown.value = "round-robin"
+    assert client.policy() == "round-robin"
+
+
+def test_queue_dropdown_follows_a_switch_made_elsewhere(queue: Any, client: Client) -> None:
+    client.set_policy("elastic-fifo")
+    wait_for(lambda: queue.dropdown.value == "elastic-fifo", timeout=10, what="the dropdown to follow")
+    time.sleep(0.3)
+    assert client.policy() == "elastic-fifo"  # following did not switch anything back

@@ -1,0 +1,318 @@
+"""The Docker executor with a real private dockerd and real containers, driven by the real engine.
+
+Containers run the registry-free test image with this checkout's venv mounted read-only (see
+tests/fixtures/dockerd.py). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from schedulearn import joblogs
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors.docker import LABEL_JOB, DockerExecutor
+from schedulearn.executors.hosts import parse_hosts
+from schedulearn.model import Job, JobSpec, JobState
+
+from tests.fixtures.dockerd import ROOT
+
+JOBS = ROOT / "tests" / "jobs"
+
+
+# -- harness -------------------------------------------------------------------------------------
+async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+def executor(daemons, root: Path, gpus: int = 4, extra_hosts: str = "", **kw) -> DockerExecutor:
+    hosts = ",".join(f"h{i}={d.url}?gpus={gpus}" for i, d in enumerate(daemons))
+    d = daemons[0]
+    kw.setdefault("cancel_grace", 5.0)
+    kw.setdefault("health_interval", 0.5)
+    return DockerExecutor(hosts + extra_hosts, root, image=d.image, python=d.python, volumes=d.volumes, **kw)
+
+
+@contextlib.asynccontextmanager
+async def live(ex: DockerExecutor, nodes=None, store=None, keep_jobs: bool = False):
+    eng = Engine(ex.nodes() if nodes is None else nodes, "fifo", executor=ex, store=store)
+    task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+    try:
+        yield eng
+    finally:
+        if not keep_jobs:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+        eng.close()
+        await asyncio.wait_for(task, 5)
+
+
+def final(eng: Engine, job_id: int):
+    return lambda: eng.jobs[job_id].state.final
+
+
+def in_log(ex: DockerExecutor, job_id: int, text: str):
+    return lambda: text in ex.logs(job_id)
+
+
+def labelled(daemon, job_id: int) -> list:
+    """The containers (any state) carrying the job's label on `daemon`."""
+    with contextlib.closing(daemon.client()) as c:
+        return c.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job_id}"})
+
+
+class MemoryStore:
+    """The store protocol in memory: what a restarted server loads its jobs from."""
+
+    def __init__(self, jobs):
+        self.jobs, self.policy = list(jobs), None
+
+    def load_jobs(self):
+        return self.jobs
+
+    def add_job(self, job):
+        pass
+
+    def update_job(self, job):
+        pass
+
+    def add_event(self, job_id, kind, data, t):
+        pass
+
+    def get_policy(self):
+        return self.policy
+
+    def set_policy(self, name):
+        self.policy = name
+
+
+def show_env(d, *args: str) -> list[str]:
+    return [d.python, str(JOBS / "show_env.py"), *args]
+
+
+# -- tests ---------------------------------------------------------------------------------------
+def test_python_job_runs_in_a_labelled_container_that_is_removed_after(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"name": "hello", "script": (
+                "import os, sys, time\nprint('hello from the container', flush=True)\n"
+                "print('to stderr', file=sys.stderr, flush=True)\n"
+                "while not os.path.exists('release'): time.sleep(0.05)\nprint('released')\n")})
+            await wait_for(in_log(ex, job.id, "hello from the container"), 30, "the job's first line")
+            running = labelled(dockerd, job.id)
+            assert len(running) == 1 and running[0].status == "running"
+            labels = running[0].labels
+            assert labels[LABEL_JOB] == str(job.id) and labels["schedulearn.rank"] == "0"
+            attrs = running[0].attrs
+            assert attrs["HostConfig"]["NetworkMode"] == "host"
+            assert attrs["HostConfig"]["ShmSize"] == 1 << 30
+            assert attrs["HostConfig"]["Init"] is True
+            (ex.job_dir(job.id) / "release").touch()
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            assert job.exit_code == 0
+            text = ex.logs(job.id)
+            for line in ("hello from the container", "to stderr", "released"):
+                assert line + "\n" in text
+            assert ex.logs(job.id, tail=1).startswith(joblogs.MARKER + " exit of run #0: code 0")
+            assert labelled(dockerd, job.id) == []  # removed once its log was kept
+            assert eng.pool.total == 4 and not ex.running()
+
+    asyncio.run(main())
+
+
+def test_each_container_sees_only_its_gpus(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            a = eng.submit({"command": show_env(dockerd), "gpus": 1})
+            b = eng.submit({"command": show_env(dockerd), "gpus": 3})
+            for job in (a, b):
+                await wait_for(final(eng, job.id), 30, f"job {job.id} to end")
+                assert job.state is JobState.succeeded, job.reason
+            seen = {}
+            for job in (a, b):
+                text = ex.logs(job.id)
+                seen[job.id] = next(ln.split("=", 1)[1] for ln in text.splitlines()
+                                    if ln.startswith("CUDA_VISIBLE_DEVICES="))
+                assert f"SCHEDULEARN_NUM_GPUS={job.spec.gpus}\n" in text
+                assert f"cwd={ex.job_dir(job.id)}\n" in text  # the job directory, same path inside
+            got_a = [int(i) for i in seen[a.id].split(",")]
+            got_b = [int(i) for i in seen[b.id].split(",")]
+            assert len(got_a) == 1 and len(got_b) == 3 and not set(got_a) & set(got_b)
+            assert sorted(got_a + got_b) == [0, 1, 2, 3]
+
+    asyncio.run(main())
+
+
+def test_cancel_stops_the_container_with_sigterm_then_sigkill_after_the_grace(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs", cancel_grace=1.0)
+
+    async def main():
+        async with live(ex) as eng:
+            polite = eng.submit({"command": [dockerd.python, str(JOBS / "sigterm_job.py")]})
+            stubborn = eng.submit({"command": [dockerd.python, str(JOBS / "sigterm_job.py"), "ignore"]})
+            for job in (polite, stubborn):
+                await wait_for(in_log(ex, job.id, "ready"), 30, f"job {job.id} to be ready")
+            t0 = time.monotonic()
+            eng.cancel(polite.id)
+            eng.cancel(stubborn.id)
+            await wait_for(final(eng, polite.id), 15, "the polite job to stop")
+            assert polite.state is JobState.cancelled and polite.reason == "cancelled"
+            assert "got SIGTERM" in ex.logs(polite.id)  # docker stop's SIGTERM reached the job
+            await wait_for(final(eng, stubborn.id), 15, "the stubborn job to be killed")
+            assert time.monotonic() - t0 >= 0.9  # it had its grace
+            assert stubborn.state is JobState.cancelled
+            assert stubborn.reason == "cancelled (SIGKILL after the grace period)"
+            assert stubborn.exit_code == 137
+            for job in (polite, stubborn):
+                assert labelled(dockerd, job.id) == []
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_crash_fails_with_the_error_as_reason(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"command": [dockerd.python, str(JOBS / "crash.py")]})
+            await wait_for(final(eng, job.id), 30, "the job to crash")
+            assert job.state is JobState.failed and job.exit_code == 1
+            assert job.reason == "RuntimeError: boom: the model diverged at step 3"
+            missing = eng.submit({"command": ["/no/such/program"]})
+            await wait_for(final(eng, missing.id), 30, "the missing program to fail")
+            assert missing.state is JobState.failed and missing.exit_code == 127
+            assert "/no/such/program" in missing.reason and "\n" not in missing.reason
+            assert labelled(dockerd, job.id) == [] and labelled(dockerd, missing.id) == []
+
+    asyncio.run(main())
+
+
+def test_container_killed_from_outside_fails_with_a_reason_and_frees_its_gpus(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"command": [dockerd.python, str(JOBS / "sigterm_job.py")], "gpus": 4})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to be ready")
+            (host, cid), = ex.containers(job.id)
+            await asyncio.to_thread(dockerd.docker, "kill", cid)
+            t0 = time.monotonic()
+            await wait_for(final(eng, job.id), 5, "the killed job to fail")
+            assert time.monotonic() - t0 < 1.0
+            assert job.state is JobState.failed and job.exit_code == 137
+            assert job.reason.startswith(
+                "killed: exit 137 (SIGKILL, not by the scheduler); last log line: ready")
+            assert eng.pool.total == 4
+            nxt = eng.submit({"command": show_env(dockerd), "gpus": 4})  # the GPUs are free again
+            await wait_for(final(eng, nxt.id), 30, "the next job to run")
+            assert nxt.state is JobState.succeeded, nxt.reason
+
+    asyncio.run(main())
+
+
+def test_unknown_image_fails_with_a_one_line_reason(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"command": ["true"], "image": "no-such-image:1"})
+            await wait_for(final(eng, job.id), 10, "the job to fail")
+            assert job.state is JobState.failed
+            assert job.reason == ("image: 'no-such-image:1' not found on docker host h0 "
+                                  "(pull it there first, or set pull='missing')")
+            assert eng.pool.total == 4 and labelled(dockerd, job.id) == []
+
+    asyncio.run(main())
+
+
+def test_down_host_fails_its_job_is_marked_unhealthy_and_the_other_host_keeps_working(dockerd, tmp_path):
+    gone = "unix:///tmp/sl-no-such-dockerd.sock"
+    ex = executor([dockerd], tmp_path / "jobs", gpus=2, extra_hosts=f",down={gone}?gpus=1")
+    # the inventory saw both hosts up; then "down" went away
+    nodes = [h.to_node() for h in ex.hosts.values()]
+
+    async def main():
+        async with live(ex, nodes=nodes) as eng:
+            job = eng.submit({"command": show_env(dockerd), "gpus": 1})  # best fit: the 1-GPU host
+            await wait_for(final(eng, job.id), 10, "the job on the down host to fail")
+            assert job.state is JobState.failed
+            assert job.reason == (
+                f"docker host down ({gone}) unreachable: FileNotFoundError: No such file or directory")
+            await wait_for(lambda: not next(n for n in eng.nodes if n.name == "down").healthy, 5,
+                           "the down host to be marked unhealthy")
+            assert eng.pool.total == 2 and eng.total_gpus == 2
+            other = eng.submit({"command": show_env(dockerd), "gpus": 1})
+            await wait_for(final(eng, other.id), 30, "a job on the good host")
+            assert other.state is JobState.succeeded, other.reason
+            assert " on h0[" in ex.logs(other.id)
+            assert "CUDA_VISIBLE_DEVICES=" in ex.logs(other.id)
+            await asyncio.sleep(1.2)  # health checks run; the down host stays down
+            assert not next(n for n in eng.nodes if n.name == "down").healthy
+
+    asyncio.run(main())
+    fresh = executor([dockerd], tmp_path / "jobs2", extra_hosts=f",down={gone}?gpus=1", health_interval=0)
+    by_name = {n.name: n for n in fresh.nodes()}
+    assert by_name["h0"].healthy and not by_name["down"].healthy
+    assert parse_hosts(f"down={gone}?gpus=1")[0].address == "127.0.0.1"
+
+
+def test_restarted_server_reattaches_by_labels_and_reports_the_real_exit(dockerd, tmp_path):
+    root = tmp_path / "jobs"
+
+    async def main():
+        ex = executor([dockerd], root)
+        async with live(ex, keep_jobs=True) as eng:  # the server goes away, the container stays
+            job = eng.submit({"command": show_env(dockerd, "release", "3"), "gpus": 2})
+            await wait_for(in_log(ex, job.id, "cwd="), 30, "the job to start")
+            (_, cid), = ex.containers(job.id)
+            saved = dataclasses.replace(job, alloc=dict(job.alloc))
+        ex.close()
+        assert job.state is JobState.running
+        lost = Job(id=99, spec=JobSpec(command=["true"]), submit_time=0, state=JobState.running,
+                   alloc={"h0": (3,)})  # its container is gone
+        ex2 = executor([dockerd], root)
+        async with live(ex2, store=MemoryStore([saved, lost])) as eng2:
+            job2 = eng2.get(saved.id)
+            assert job2.state is JobState.running and ex2.containers(job2.id) == [("h0", cid)]
+            assert eng2.pool.total == 2  # its GPUs stay taken
+            assert "re-attached to run #0" in ex2.logs(job2.id)
+            await wait_for(final(eng2, 99), 5, "the job without a container to be lost")
+            assert eng2.get(99).state is JobState.failed and eng2.get(99).reason == "lost on restart"
+            (ex2.job_dir(job2.id) / "release").touch()
+            await wait_for(final(eng2, job2.id), 30, "the re-attached job to end")
+            assert job2.state is JobState.failed and job2.exit_code == 3
+            assert job2.reason == "bye 3"
+            text = ex2.logs(job2.id)
+            assert text.count("CUDA_VISIBLE_DEVICES=") == 2  # start marker + job: no line copied twice
+            assert text.count("bye 3\n") == 1
+            assert labelled(dockerd, job2.id) == []
+            assert eng2.pool.total == 4
+
+    asyncio.run(main())
+
+
+def test_bad_configuration_is_refused_with_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^pull: expected one of never, missing, got 'always'$"):
+        DockerExecutor("a=unix:///x.sock", tmp_path, pull="always")
+    from schedulearn.model import SpecError
+
+    with pytest.raises(SpecError, match=r"^docker_hosts: url of 'a' must start with one of unix://, tcp://, ssh://"):
+        DockerExecutor("a=http://x", tmp_path)
+    hosts = parse_hosts("a=ssh://me@gpu2?gpus=2,b=tcp://10.0.0.3:2376?address=10.9.9.9")
+    assert [(h.name, h.gpus, h.address) for h in hosts] == [("a", 2, "gpu2"), ("b", None, "10.9.9.9")]

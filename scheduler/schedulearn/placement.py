@@ -7,6 +7,7 @@ thousands of jobs.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from .model import Allocation, Node
@@ -22,7 +23,9 @@ class FreePool:
                 self.free[n.name] = [g.index for g in n.gpus]
         self.rank = {name: i for i, name in enumerate(self.order)}
         width = max((len(v) for v in self.free.values()), default=0)
-        self.buckets: list[dict[str, None]] = [{} for _ in range(width + 1)]  # ordered sets
+        # Ordered sets. OrderedDict, not dict: a dict that had many deletions leaves holes that
+        # every iteration from its start walks over (100 us a lookup on 1,000 hosts).
+        self.buckets: list[OrderedDict[str, None]] = [OrderedDict() for _ in range(width + 1)]
         for name in self.order:
             self.buckets[len(self.free[name])][name] = None
         self.total = sum(len(v) for v in self.free.values())
@@ -38,8 +41,12 @@ class FreePool:
             if free is None:
                 continue  # node gone: nothing to take
             before = len(free)
-            gone = set(idx)
-            free[:] = [i for i in free if i not in gone]
+            k = len(idx)
+            if tuple(free[:k]) == idx:  # the usual case: the first free GPUs
+                del free[:k]
+            else:
+                gone = set(idx)
+                free[:] = [i for i in free if i not in gone]
             self.total -= before - len(free)
             self._move(name, before)
 

@@ -10,27 +10,60 @@ preempted back to the queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import math
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import TYPE_CHECKING, ClassVar
 
-from ..model import Allocation, Job, JobState, Node
+from ..model import Allocation, Job, Node
 from ..placement import FreePool
 
+if TYPE_CHECKING:
+    from ..engine import Engine
 
-@dataclass(slots=True)
+
 class RoundContext:
-    now: float
-    jobs: list[Job]  # queued and running jobs (none being stopped), in arrival order
-    capacity: int  # GPUs this round may hand out (healthy GPUs not held by stopping jobs)
-    nodes: list[Node]
+    """What a policy sees in a round. The views are built on first use, so a round on 10,000
+    jobs does not pay for what its policy does not read; treat them as read-only."""
+
+    __slots__ = ("now", "_engine", "_capacity", "_running", "_jobs")
+
+    def __init__(self, now: float, engine: Engine):
+        self.now = now
+        self._engine = engine
+        self._capacity: int | None = None
+        self._running: list[Job] | None = None
+        self._jobs: list[Job] | None = None
 
     @property
-    def running(self) -> list[Job]:
-        return [j for j in self.jobs if j.state is JobState.running]
+    def nodes(self) -> list[Node]:
+        return self._engine.nodes
 
     @property
     def queued(self) -> list[Job]:
-        return [j for j in self.jobs if j.state is JobState.queued]
+        """Queued jobs, higher priority first, then in arrival order."""
+        return self._engine._qjobs
+
+    @property
+    def running(self) -> list[Job]:
+        """Running jobs (none being stopped), in arrival order."""
+        if self._running is None:
+            self._running = sorted(self._engine.running.values(), key=_ID)
+        return self._running
+
+    @property
+    def jobs(self) -> list[Job]:
+        """Queued and running jobs (none being stopped), in arrival order."""
+        if self._jobs is None:
+            self._jobs = [j for j in self._engine.active.values() if j.stopping is None]
+        return self._jobs
+
+    @property
+    def capacity(self) -> int:
+        """GPUs this round may hand out (healthy GPUs not held by stopping jobs)."""
+        if self._capacity is None:
+            self._capacity = self._engine.pool.total + self._engine._held
+        return self._capacity
 
 
 Want = tuple[Job, int]
@@ -41,18 +74,28 @@ class Policy:
     description: ClassVar[str] = ""
     #: stop admitting at the first want that does not fit (strict order: FIFO).
     blocking: ClassVar[bool] = False
+    #: may stop running jobs. A policy that never does (False) orders only the queue: running
+    #: jobs keep their GPUs, wants for them are ignored and the engine stops at the first
+    #: want that cannot fit (blocking) or when no GPU is left, so a round costs what it starts.
+    preemptive: ClassVar[bool] = True
     #: may resize running jobs: the engine then runs every round in full.
     elastic: ClassVar[bool] = False
     #: decisions change with time alone (attained service...): rounds run on ticks too.
     time_driven: ClassVar[bool] = False
 
-    def schedule(self, ctx: RoundContext) -> list[Want]:
+    def schedule(self, ctx: RoundContext) -> Iterable[Want]:
         raise NotImplementedError
 
     def place(self, job: Job, n: int, pool: FreePool) -> Allocation | None:
         """GPUs for a job that starts or grows; the default is best fit on the fewest hosts,
         preferring the hosts it already runs on."""
         return pool.best_fit(n, prefer=job.alloc.keys())
+
+    def next_change(self, running: list[Job], now: float) -> float:
+        """For a time-driven policy, called after each round: the earliest time at which time
+        alone (no submit, exit or other event) may change its decisions. The engine skips tick
+        rounds before it. The default, `now`, means any tick may."""
+        return now
 
     def __repr__(self) -> str:
         return f"<policy {self.name}>"
@@ -63,6 +106,18 @@ def arrival_key(job: Job) -> tuple[int, int]:
     return (-job.spec.priority, job.id)
 
 
+def by_arrival(jobs: Iterable[Job]) -> list[Job]:
+    """`sorted(jobs, key=arrival_key)`, with C-speed keys (two stable sorts)."""
+    out = sorted(jobs, key=_ID)
+    out.sort(key=_PRIORITY, reverse=True)  # reverse=True keeps equal keys in order
+    return out
+
+
 def running_first(ctx: RoundContext) -> list[Job]:
     """Running jobs (never preempted by a non-preemptive policy), then the queue in order."""
-    return sorted(ctx.running, key=arrival_key) + sorted(ctx.queued, key=arrival_key)
+    return by_arrival(ctx.running) + ctx.queued
+
+
+NEVER = math.inf
+_ID = attrgetter("id")
+_PRIORITY = attrgetter("spec.priority")

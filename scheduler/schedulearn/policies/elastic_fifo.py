@@ -22,7 +22,7 @@ class ElasticFifo(Policy):
                 continue
             need = job.spec.requested
             deficit = need - (ctx.capacity - used)
-            shrinkable = sorted(
+            shrinkable = [] if deficit <= 0 else sorted(
                 (r for r in size if r.spec.elastic and size[r] > r.spec.min_size),
                 key=arrival_key, reverse=True)  # newest first
             if deficit > 0 and sum(size[r] - r.spec.min_size for r in shrinkable) >= deficit:

@@ -1,16 +1,15 @@
 """FIFO (thesis): strict arrival order; the head job waits until its GPUs are free."""
 
-from ..model import JobState
-from .base import Policy, RoundContext, Want, running_first
+from collections.abc import Iterator
+
+from .base import Policy, RoundContext, Want
 
 
 class Fifo(Policy):
     name = "fifo"
     description = "First in, first out: strict arrival order; the head of the queue blocks the rest."
     blocking = True
+    preemptive = False  # running jobs keep their GPUs: only the queue is ordered
 
-    def schedule(self, ctx: RoundContext) -> list[Want]:
-        return [
-            (j, j.size if j.state is JobState.running else j.spec.requested)
-            for j in running_first(ctx)
-        ]
+    def schedule(self, ctx: RoundContext) -> Iterator[Want]:
+        return ((j, j.spec.requested) for j in ctx.queued)  # the engine stops at the first misfit

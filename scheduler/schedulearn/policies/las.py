@@ -7,9 +7,15 @@ ones, and a running job that no longer fits is preempted. New allocations take G
 node with the most free GPUs first.
 """
 
+from collections.abc import Iterator
+from itertools import chain
+from operator import attrgetter
+
 from ..model import Allocation, Job
 from ..placement import FreePool
-from .base import Policy, RoundContext, Want
+from .base import NEVER, Policy, RoundContext, Want
+
+_SUBMITTED = attrgetter("submit_time")
 
 
 class LeastAttainedService(Policy):
@@ -18,10 +24,26 @@ class LeastAttainedService(Policy):
     time_driven = True
     threshold = 16 * 3600.0
 
-    def schedule(self, ctx: RoundContext) -> list[Want]:
+    def schedule(self, ctx: RoundContext) -> Iterator[Want]:
         now, limit = ctx.now, self.threshold
-        ordered = sorted(ctx.jobs, key=lambda j: (j.attained(now) >= limit, j.submit_time, j.id))
-        return [(j, j.spec.requested) for j in ordered]
+        first: list[Job] = []
+        second: list[Job] = []
+        for job in ctx.jobs:  # arrival order; a queued job's service does not grow with time
+            served = job.attained(now) if job.alloc else job.attained_base
+            (second if served >= limit else first).append(job)
+        first.sort(key=_SUBMITTED)  # stable: equal submit times stay in arrival order
+        second.sort(key=_SUBMITTED)
+        return ((j, j.spec.requested) for j in chain(first, second))  # walked until GPUs run out
+
+    def next_change(self, running: list[Job], now: float) -> float:
+        """Only a running job reaching the threshold (moving to the second queue) changes the
+        order by itself: the earliest such time."""
+        limit, soonest = self.threshold, NEVER
+        for j in running:
+            n = j.size
+            if n and j.attained(now) < limit:
+                soonest = min(soonest, j.since + (limit - j.attained_base) / n)
+        return soonest
 
     def place(self, job: Job, n: int, pool: FreePool) -> Allocation | None:
         return pool.most_free_first(n)

@@ -110,7 +110,7 @@ def html_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
                 style += f";color:{_STATE_COLOURS.get(v, 'inherit')}"
             cells.append(f"<td style='{style}'>{html.escape(v)}</td>")
         body.append(f"<tr class='schedulearn-job' data-job-id='{html.escape(row[0])}'>{''.join(cells)}</tr>")
-    return f"<table class='schedulearn-queue'><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<table class='schedulearn-jobs'><tr>{head}</tr>{''.join(body)}</table>"
 
 
 def gpus_text(inventory: dict[str, Any]) -> str:

@@ -1,0 +1,81 @@
+"""The magics' queue widget in real Chromium: a notebook in a real `jupyter lab` runs
+`%schedulearn queue`; the widget renders (policy dropdown + jobs table), choosing a policy in the
+dropdown switches the server's policy, a switch made over the API moves the dropdown, and a job
+submitted elsewhere appears in the table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from .conftest import LabServer, open_lab, open_notebook
+
+pytestmark = pytest.mark.slow
+
+WIDGET = ".schedulearn-queue"
+SELECT = ".schedulearn-policy select"
+
+
+def write_notebook(server: LabServer, name: str, sources: list[str]) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nbformat.write(nb, server.root / name)
+
+
+def wait_until(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_queue_widget_renders_and_its_dropdown_switches_the_policy(
+    browser: Any, lab_server: LabServer, shot: Any
+) -> None:
+    assert lab_server.api("PUT", "policy", {"policy": "fifo"})[0] == 200
+    # No %load_ext: the kernel loads the magics itself (installed ipython_kernel_config.py).
+    write_notebook(lab_server, "queue.ipynb", ["%schedulearn queue"])
+    page = open_lab(browser, lab_server)
+    try:
+        open_notebook(page, lab_server, "queue.ipynb")
+        page.wait_for_selector(".jp-NotebookPanel .jp-mod-idle, .jp-Notebook-ExecutionIndicator",
+                               timeout=60_000)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        widget = page.locator(WIDGET)
+        widget.wait_for(state="visible", timeout=60_000)
+        select = page.locator(SELECT)
+        _, policies = lab_server.api("GET", "policies")
+        names = [p["name"] for p in policies]
+        wait_until(lambda: select.locator("option").count() == len(names), what="the policy options")
+        assert [o.text_content() for o in select.locator("option").all()] == names
+        assert select.input_value() == "fifo"
+
+        # A job submitted elsewhere shows up in the live table.
+        status, job = lab_server.api("POST", "jobs", {"name": "from-elsewhere", "script": "print(1)"})
+        assert status == 201, job
+        row = page.locator(f'{WIDGET} tr.schedulearn-job[data-job-id="{job["id"]}"]')
+        row.wait_for(timeout=30_000)
+        assert "from-elsewhere" in row.text_content()
+
+        # Choosing in the dropdown switches the server's policy at once.
+        select.select_option("las")
+        wait_until(lambda: lab_server.api("GET", "policy")[1]["policy"] == "las", what="policy las")
+        shot(page, "queue-widget", widget)
+
+        # Someone else switches it: the dropdown follows.
+        assert lab_server.api("PUT", "policy", {"policy": "round-robin"})[0] == 200
+        wait_until(lambda: select.input_value() == "round-robin", what="the dropdown to follow")
+        time.sleep(1.0)
+        assert lab_server.api("GET", "policy")[1]["policy"] == "round-robin"  # not switched back
+    finally:
+        page.context.close()
+        lab_server.api("PUT", "policy", {"policy": "fifo"})

@@ -96,3 +96,53 @@ def test_torchrun_job_resized_2_1_2_continues_and_matches_an_unresized_run(tmp_p
             await task
 
     asyncio.run(main())
+
+
+def _has_horovod() -> bool:
+    try:
+        import horovod.torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_horovod_job_shrunk_2_to_1_resumes_from_its_checkpoint(tmp_path):
+    """The same helper under horovodrun; the executor's resize is called directly."""
+    require(_has_horovod(), "horovod is not installed (scripts/setup.sh builds it)")
+    steps = 25
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=20)
+        eng = Engine(virtual_cluster(1, 2), "fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            a = eng.submit({"command": ["python", str(JOBS / "elastic_train.py")], "launcher": "horovod",
+                            "gpus": 2, "env": {"TRAIN_STEPS": str(steps), "STEP_SLEEP": "0.1"}})
+            await wait_for(lambda: "step 3 world 2" in ex.logs(a.id), 90, "the job to train on 2 GPUs")
+            old = a.alloc
+            a.set_alloc({"node0": (0,)}, time.time())  # what the engine does on a shrink
+            a.restarts += 1
+            ex.resize(a, old, time.time())
+            await wait_for(lambda: a.state.final, 120, "the resized job to finish")
+            text = ex.logs(a.id)
+            assert a.state is JobState.succeeded, a.reason + "\n" + text[-3000:]
+            found = re.findall(r"^(?:\[\d\]<stdout>:)?step (\d+) world (\d) restart \d$", text, re.M)
+            steps_seen = [(int(s), int(w)) for s, w in found]
+            assert [s for s, _ in steps_seen] == list(range(1, steps + 1))
+            assert [w for i, (_, w) in enumerate(steps_seen) if i == 0 or steps_seen[i - 1][1] != w] == [2, 1]
+            assert "start #1 of job 1" in text and "CUDA_VISIBLE_DEVICES=0: " in text
+
+            sys.path.insert(0, str(JOBS))
+            try:
+                import elastic_train
+            finally:
+                sys.path.remove(str(JOBS))
+            final = json.loads((tmp_path / "jobs" / str(a.id) / "final.json").read_text())
+            expected = elastic_train.reference(steps)
+            assert max(abs(x - y) for x, y in zip(final, expected, strict=True)) < 1e-9, (final, expected)
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())

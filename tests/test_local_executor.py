@@ -116,16 +116,21 @@ class MemoryStore:
 
 # -- python jobs -----------------------------------------------------------------------------------
 def test_python_job_succeeds_and_log_is_read_back(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+
     async def main():
-        async with live(tmp_path) as (eng, ex):
-            job = eng.submit({"name": "hello", "script": "import sys\nprint('hello from the job')\n"
-                                                        "print('to stderr', file=sys.stderr)\n"})
+        async with live(tmp_path / "jobs") as (eng, ex):
+            job = eng.submit({"name": "hello", "script": "import os, sys\nprint('hello from the job')\n"
+                                                        "print('to stderr', file=sys.stderr)\n"
+                                                        "print('in', os.getcwd())\n",
+                              "workdir": str(tmp_path / "elsewhere")})
             await wait_for(final(eng, job.id), 30, "the job to end")
             assert job.state is JobState.succeeded, job.reason
             assert job.exit_code == 0
             text = ex.logs(job.id)
             assert "hello from the job" in text and "to stderr" in text
-            assert (tmp_path / str(job.id) / "main.py").read_text().startswith("import sys")
+            assert f"in {tmp_path / 'elsewhere'}\n" in text
+            assert (tmp_path / "jobs" / str(job.id) / "main.py").read_text().startswith("import os, sys")
             assert ex.logs(job.id, tail=1).startswith(joblogs.MARKER + " exit of run #0: code 0")
             followed = list(ex.follow(job.id, timeout=5))
             assert "hello from the job\n" in followed
@@ -378,7 +383,7 @@ def test_launch_argv_for_each_launcher(tmp_path):
     hvd = JobSpec(script="print(1)", launcher="horovod", gpus=3)
     (w,) = build_workers(hvd, 5, {"n": (0, 1, 2)}, tmp_path, python="py")
     assert w.argv == ["py", "-m", "horovod.runner.launch", "-np", "3", "-H", "localhost:3", "--gloo",
-                      "--network-interface", "lo", "py", "-u", "main.py"]
+                      "--network-interface", "lo", "py", "-u", f"{tmp_path}/main.py"]
     (w,) = build_workers(hvd, 5, {"a": (0, 1), "b": (0,)}, tmp_path, python="py", addresses={"a": "h1"})
     assert w.node == "a" and w.argv[4:9] == ["3", "-H", "h1:2,b:1", "--gloo", "py"]
     with pytest.raises(ExecutorError, match="launcher: python runs one process on one host"):

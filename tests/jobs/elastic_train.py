@@ -5,6 +5,7 @@ computes the summed squared error of its contiguous slice divided by the global 
 the gradients are all-reduced (summed), so every step uses the full-batch gradient whatever the
 world size: a run resized 2 -> 1 -> 2 must end with the weights of an unresized run.
 Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`.
+Runs under torchrun (torch.distributed, gloo), horovodrun (Horovod, gloo) or alone.
 """
 
 import json
@@ -52,9 +53,14 @@ def reference(steps=STEPS):
 
 
 def main():
-    dist = None
+    dist = hvd = None
     rank, world = 0, 1
-    if "RANK" in os.environ:
+    if "HOROVOD_RANK" in os.environ:
+        import horovod.torch as hvd
+
+        hvd.init()
+        rank, world = hvd.rank(), hvd.size()
+    elif "RANK" in os.environ:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
@@ -71,9 +77,11 @@ def main():
         t0 = time.perf_counter()
         opt.zero_grad()
         backward(model, x, y, lo, hi)
-        if dist is not None:
-            for p in model.parameters():
+        for i, p in enumerate(model.parameters()):
+            if dist is not None:
                 dist.all_reduce(p.grad)
+            elif hvd is not None and world > 1:
+                p.grad.copy_(hvd.allreduce(p.grad, op=hvd.Sum, name=f"grad{i}"))
         opt.step()
         time.sleep(SLEEP)
         if rank == 0:
@@ -88,6 +96,8 @@ def main():
         print("training done", flush=True)
     if dist is not None:
         dist.destroy_process_group()
+    if hvd is not None:
+        hvd.shutdown()
 
 
 if __name__ == "__main__":

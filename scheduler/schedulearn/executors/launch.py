@@ -64,10 +64,11 @@ def visible_devices(node: Node | None, indices: tuple[int, ...], use_uuids: bool
     return ",".join(out)
 
 
-def user_command(spec: JobSpec, python: str) -> list[str]:
-    """The job's own command: the spec's argv, or the bundled script run by `python`."""
+def user_command(spec: JobSpec, python: str, job_dir: Path | str = ".") -> list[str]:
+    """The job's own command: the spec's argv, or the bundled script (`<job_dir>/main.py`, so
+    that a `workdir` does not lose it) run by `python`."""
     if spec.script is not None:
-        return [python, "-u", SCRIPT_NAME]
+        return [python, "-u", str(Path(job_dir) / SCRIPT_NAME)]
     assert spec.command is not None
     return list(spec.command)
 
@@ -134,7 +135,7 @@ def build_workers(
     addresses = addresses or {}
     hosts = list(alloc)
     total = sum(len(v) for v in alloc.values())
-    command = user_command(spec, python)
+    command = user_command(spec, python, job_dir)
     base = job_env(job_id, job_dir, restart_count, total)
 
     def env_for(name: str) -> dict[str, str]:

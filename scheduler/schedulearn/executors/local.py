@@ -216,7 +216,7 @@ class LocalExecutor(Executor):
         cwd = Path(spec.workdir) if spec.workdir else d
         if not cwd.is_dir():
             raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
-        check_command(user_command(spec, self.python), env["PATH"], cwd)
+        check_command(user_command(spec, self.python, d), env["PATH"], cwd)
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")

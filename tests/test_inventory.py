@@ -8,10 +8,13 @@ This machine has no NVIDIA driver: the first tests check the fallback with the r
 
 from __future__ import annotations
 
+import asyncio
+import time
 from types import SimpleNamespace
 
 import pytest
-from schedulearn.inventory import Inventory, discover
+from schedulearn.engine import Engine
+from schedulearn.inventory import Inventory, discover, keep_fresh
 from schedulearn.model import Node
 
 from tests.conftest import require
@@ -149,3 +152,31 @@ def test_nvml_failing_after_init_falls_back_to_virtual():
     (node,) = inv.refresh()
     assert node.virtual and len(node.gpus) == 2
     assert inv.nvml_error == "NVML unavailable: Driver Not Loaded"
+
+
+def test_keep_fresh_updates_figures_in_place_and_replaces_a_changed_set():
+    nv = FakeNvml()
+    inv = Inventory(host="gpu-box", nvml=nv)
+    eng = Engine(inv.refresh(), "fifo")
+    assert eng.total_gpus == 3
+
+    async def main():
+        task = asyncio.create_task(keep_fresh(inv, eng, interval=0.02))
+        try:
+            nodes_before = eng.nodes
+            nv.used = 7000
+            deadline = time.monotonic() + 5
+            while eng.nodes[0].gpus[0].memory_used_mb != 7000:
+                assert time.monotonic() < deadline, "memory figure never refreshed"
+                await asyncio.sleep(0.01)
+            assert eng.nodes is nodes_before  # same GPUs: no new inventory, no extra round
+            nv.nvmlDeviceGetCount = lambda: 1  # GPU 1 (and its MIG devices) went away
+            while eng.total_gpus != 1:
+                assert time.monotonic() < deadline, "a changed GPU set never reached the engine"
+                await asyncio.sleep(0.01)
+            assert [g.uuid for g in eng.nodes[0].gpus] == ["GPU-0"]
+        finally:
+            eng.close()
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(main())

@@ -124,7 +124,16 @@ def test_python_job_succeeds_and_log_is_read_back(tmp_path):
                                                         "print('to stderr', file=sys.stderr)\n"
                                                         "print('in', os.getcwd())\n",
                               "workdir": str(tmp_path / "elsewhere")})
+            streamed = []
+
+            async def stream():  # what the API's ?follow=1 does
+                async for line in ex.afollow(job.id):
+                    streamed.append(line)
+
+            streamer = asyncio.create_task(stream())
             await wait_for(final(eng, job.id), 30, "the job to end")
+            await asyncio.wait_for(streamer, 5)  # it ends by itself once the job is over
+            assert "hello from the job\n" in streamed and streamed[-1].startswith(joblogs.MARKER + " exit")
             assert job.state is JobState.succeeded, job.reason
             assert job.exit_code == 0
             text = ex.logs(job.id)

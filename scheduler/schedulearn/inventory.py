@@ -11,11 +11,15 @@ Docker hosts are described by the Docker executor's configuration, not here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Gpu, Node
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 log = logging.getLogger("schedulearn.inventory")
 _MIB = 1024 * 1024
@@ -136,6 +140,41 @@ class Inventory:
             out.append(Gpu(index=-1, uuid=uuid, name=name, memory_total_mb=total, memory_used_mb=used,
                            utilization=util, virtual=False, mig_parent=parent.uuid))
         return out
+
+
+def _shape(nodes: list[Node]) -> list[tuple[str, bool, tuple[tuple[int, str], ...]]]:
+    return [(n.name, n.healthy, tuple((g.index, g.uuid) for g in n.gpus)) for n in nodes]
+
+
+def apply(engine: Engine, nodes: list[Node]) -> bool:
+    """Bring the engine's inventory up to date with `nodes`: a changed set of GPUs replaces it
+    (`engine.set_nodes`, a new round); new memory and utilisation figures are copied into the
+    engine's `Gpu` objects in place. Returns whether the set changed."""
+    if _shape(nodes) != _shape(engine.nodes):
+        engine.set_nodes(nodes)
+        return True
+    for old, new in zip(engine.nodes, nodes, strict=True):
+        for g, h in zip(old.gpus, new.gpus, strict=True):
+            g.memory_used_mb, g.memory_total_mb = h.memory_used_mb, h.memory_total_mb
+            g.utilization = h.utilization
+    return False
+
+
+async def keep_fresh(inventory: Inventory, engine: Engine, interval: float = 30.0) -> None:
+    """Re-read the inventory every `interval` seconds (in a thread: NVML calls block) until the
+    engine closes; run it as a task beside `engine.run`."""
+    if interval <= 0:
+        raise ValueError(f"interval: expected seconds > 0, got {interval}")
+    while not engine.closed:
+        await asyncio.sleep(interval)
+        if engine.closed:
+            return
+        try:
+            nodes = await asyncio.to_thread(inventory.refresh)
+        except Exception:  # noqa: BLE001 - a failed read keeps the last inventory
+            log.exception("inventory refresh failed")
+            continue
+        apply(engine, nodes)
 
 
 def discover(virtual_gpus: int = 0, host: str | None = None) -> list[Node]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from schedulearn import __version__
+from schedulearn import __version__, policies
 from schedulearn.model import JobSpec, JobState
 
 STATES = [s.value for s in JobState]
@@ -107,8 +107,11 @@ def _document() -> dict[str, Any]:
             "get": {"operationId": "getPolicy", "summary": "The policy in force",
                     "responses": {"200": _json(_ref("Policy"), "The policy"), "403": E403}},
             "put": {"operationId": "setPolicy", "summary": "Switch the policy (from the next round on)",
-                    "requestBody": {"required": True,
-                                    "content": {"application/json": {"schema": _ref("Policy")}}},
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["policy"],
+                        "properties": {"policy": {"type": "string",
+                                                  "enum": [p["name"] for p in policies.available()]}},
+                    }}}},
                     "responses": {"200": _json(_ref("Policy"), "The new policy"),
                                   "400": _error("Unknown policy: the message lists the names"),
                                   "403": E403, "413": E413}},
@@ -182,7 +185,8 @@ def _document() -> dict[str, Any]:
             "operationId": "events",
             "summary": "WebSocket: a `hello`, then job state changes, policy changes and inventory "
                        "updates as JSON messages (`type`: job | policy | inventory)",
-            "responses": {"101": {"description": "Switching to the WebSocket protocol"}, "403": E403},
+            "responses": {"101": {"description": "Switching to the WebSocket protocol"},
+                          "400": _error("Not a WebSocket upgrade request"), "403": E403},
         }},
         "/openapi.json": {"get": {
             "operationId": "openapi", "summary": "This document",

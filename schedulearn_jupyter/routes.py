@@ -184,6 +184,13 @@ class EventsMixin:
     subscription: Any = None
     _pump: Any = None
 
+    async def get(self, *args, **kwargs):
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise ApiError("events: a WebSocket endpoint; connect with 'Upgrade: websocket'", 400)
+        res = super().get(*args, **kwargs)  # type: ignore[misc]
+        if res is not None:
+            await res
+
     async def open(self, *args, **kwargs):
         import asyncio
 
@@ -206,6 +213,12 @@ class EventsMixin:
 
     def on_message(self, message):  # the socket is one-way; pings are answered by tornado
         pass
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:  # JSON, not an HTML page
+        ApiMixin.write_error(self, status_code, **kwargs)  # type: ignore[arg-type]
+
+    def log_exception(self, typ, value, tb):  # type: ignore[override]
+        ApiMixin.log_exception(self, typ, value, tb)  # type: ignore[arg-type]
 
     def on_close(self):
         if self.subscription is not None:

@@ -8,7 +8,6 @@ import json
 import pickle
 
 import pytest
-
 from schedulearn import policies
 
 SLEEP = ["python", "-c", "import time; time.sleep(60)"]
@@ -61,7 +60,8 @@ async def test_gpus_shape(sl_api):
     assert node["virtual"] is True
     assert [g["index"] for g in node["gpus"]] == [0, 1, 2, 3]
     for g in node["gpus"]:
-        assert set(g) >= {"index", "uuid", "name", "memory_total_mb", "memory_used_mb", "utilization", "job_id"}
+        assert set(g) >= {"index", "uuid", "name", "memory_total_mb", "memory_used_mb", "utilization",
+                          "job_id"}
         assert g["job_id"] is None
 
 
@@ -98,7 +98,8 @@ async def test_submit_get_list_cancel(sl_api, sl_manager):
 async def test_list_jobs_bad_filters(sl_api):
     code, data = await sl_api("GET", "jobs", params={"state": "sleeping"})
     assert code == 400
-    assert data["error"] == "state: expected one of queued, running, succeeded, failed, cancelled, got 'sleeping'"
+    assert data["error"] == ("state: expected one of queued, running, succeeded, failed, cancelled, "
+                             "got 'sleeping'")
     code, data = await sl_api("GET", "jobs", params={"limit": "-1"})
     assert code == 400 and data["error"].startswith("limit: expected an integer >= 0")
 
@@ -117,7 +118,8 @@ async def test_list_jobs_limit_gives_newest(sl_api):
         ({"command": ["x"], "gpus": 0}, "gpus: expected an integer >= 1 or 'auto'"),
         ({"command": ["x"], "gpus": "lots"}, "gpus: expected an integer >= 1 or 'auto', got 'lots'"),
         ({"command": ["x"], "gpus": 99}, "gpus: at most 4 (the GPUs of this cluster), got 99"),
-        ({"command": ["x"], "launcher": "mpirun"}, "launcher: expected one of python, torchrun, horovod, got 'mpirun'"),
+        ({"command": ["x"], "launcher": "mpirun"},
+         "launcher: expected one of python, torchrun, horovod, got 'mpirun'"),
         ({"name": "nothing"}, "command: give a command (argv list) or a script (Python source)"),
         ({"command": ["x"], "colour": "red"}, "colour: unknown field; allowed: "),
         ({"command": []}, "command: expected a non-empty argv list"),

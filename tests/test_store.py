@@ -165,6 +165,17 @@ def test_closed_store_raises(url):
         s.load_jobs()
 
 
+def test_postgres_server_restart(postgres_server, postgres_fresh_url):
+    s = SqlStore(postgres_fresh_url)
+    s.add_job(full_job(1))
+    s.load_jobs()  # a pooled read connection is now open too
+    postgres_server.restart()  # drops both connections
+    assert [j.id for j in s.load_jobs()] == [1]  # the reader reconnects
+    s.add_event(1, "started", {}, 1.0)  # so does the writer: the write is not lost
+    assert [e["kind"] for e in s.events()] == ["started"]
+    s.close()
+
+
 # -- the schema and its migrations -------------------------------------------------------------
 def test_migrations_produce_the_schema_the_code_uses(store):
     with store._engine.connect() as conn:

@@ -17,6 +17,7 @@ each new connection), with real `BEGIN`s (the sqlite3 module's implicit transact
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -95,29 +96,42 @@ def _mutable(job: Job) -> dict[str, Any]:
     }
 
 
+_c = jobs_t.c
+# Read JSON columns as text: the spec is then parsed and validated in one step by pydantic-core,
+# and the (mostly empty) allocation and extra skip the JSON decoder. Order matters: `_job_of`.
+_JOB_COLUMNS = (
+    _c.id, sa.cast(_c.spec, sa.Text), _c.submit_time, _c.state, sa.cast(_c.alloc, sa.Text), _c.start_time,
+    _c.end_time, _c.attained_base, _c.run_base, _c.since, _c.restarts, _c.exit_code, _c.reason,
+    _c.batch_size, _c.stopping, sa.cast(_c.extra, sa.Text),
+)
+_STATE_OF = {s.value: s for s in JobState}
+
+
 def _job_of(row: Any) -> Job:
+    (job_id, spec, submit_time, state, alloc, start_time, end_time, attained_base, run_base, since,
+     restarts, exit_code, reason, batch_size, stopping, extra) = row
     try:
-        spec = JobSpec.model_validate(row.spec)
+        spec = JobSpec.model_validate_json(spec)
     except Exception as e:
         why = str(e).splitlines()[0]
-        raise StoreError(f"store: job {row.id} has a spec this version cannot read: {why}") from e
+        raise StoreError(f"store: job {job_id} has a spec this version cannot read: {why}") from e
     return Job(
-        id=row.id,
+        id=job_id,
         spec=spec,
-        submit_time=row.submit_time,
-        state=JobState(row.state),
-        alloc={k: tuple(v) for k, v in row.alloc.items()},
-        start_time=row.start_time,
-        end_time=row.end_time,
-        attained_base=row.attained_base,
-        run_base=row.run_base,
-        since=row.since,
-        restarts=row.restarts,
-        exit_code=row.exit_code,
-        reason=row.reason,
-        batch_size=row.batch_size,
-        stopping=row.stopping,
-        extra=dict(row.extra),
+        submit_time=submit_time,
+        state=_STATE_OF[state],
+        alloc={} if alloc == "{}" else {k: tuple(v) for k, v in json.loads(alloc).items()},
+        start_time=start_time,
+        end_time=end_time,
+        attained_base=attained_base,
+        run_base=run_base,
+        since=since,
+        restarts=restarts,
+        exit_code=exit_code,
+        reason=reason,
+        batch_size=batch_size,
+        stopping=stopping,
+        extra={} if extra == "{}" else json.loads(extra),
     )
 
 
@@ -137,7 +151,7 @@ _UPDATE_JOB = (
         "exit_code", "reason", "batch_size", "stopping", "extra")})
 )
 _INSERT_EVENT = sa.insert(events_t)
-_SELECT_JOBS = sa.select(jobs_t).order_by(jobs_t.c.id)
+_SELECT_JOBS = sa.select(*_JOB_COLUMNS).order_by(jobs_t.c.id)
 _GET_SETTING = sa.select(settings_t.c.value).where(settings_t.c.key == sa.bindparam("key"))
 _UPDATE_SETTING = (
     sa.update(settings_t).where(settings_t.c.key == sa.bindparam("_key")).values(value=sa.bindparam("value"))
@@ -165,6 +179,8 @@ class SqlStore:
                 kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
             else:
                 Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        else:
+            kwargs.update(pool_pre_ping=True)  # reads after a server restart: no stale connection
         try:
             self._engine = sa.create_engine(parsed, **kwargs)
         except Exception as e:
@@ -236,9 +252,22 @@ class SqlStore:
             try:
                 if self._tx is not None:
                     return self._tx.execute(stmt, params)
-                conn = self._conn()
-                with self._begin(conn):
-                    return conn.execute(stmt, params)
+                for retry in (True, False):
+                    conn = self._conn()
+                    committing = False
+                    try:
+                        with self._begin(conn):
+                            result = conn.execute(stmt, params)
+                            committing = True
+                        return result
+                    except sa.exc.DBAPIError as e:
+                        # The server went away before the statement ran (a PostgreSQL restart,
+                        # a dropped connection): nothing was written, and the connection
+                        # reconnects on its next use, so try once more. A COMMIT whose answer
+                        # was lost is not retried: it may have been applied.
+                        if not (retry and e.connection_invalidated and not committing):
+                            raise
+                raise AssertionError("unreachable")
             except sa.exc.SQLAlchemyError as e:
                 raise StoreError(f"store: {what} failed, nothing written: {_one_line(e)}") from e
 
@@ -302,7 +331,7 @@ class SqlStore:
                 self._write(f"set {key}", _INSERT_SETTING, {"key": key, "value": value})
 
     def get_job(self, job_id: int) -> Job | None:
-        rows = self._read(sa.select(jobs_t).where(jobs_t.c.id == job_id))
+        rows = self._read(sa.select(*_JOB_COLUMNS).where(jobs_t.c.id == job_id))
         return _job_of(rows[0]) if rows else None
 
     def list_jobs(
@@ -313,7 +342,7 @@ class SqlStore:
     ) -> list[Job]:
         """Jobs in id order, filtered by state(s) and user; with `limit`, the newest `limit` of
         them (still in id order)."""
-        q = sa.select(jobs_t)
+        q = sa.select(*_JOB_COLUMNS)
         if state is not None:
             states = [state] if isinstance(state, (str, JobState)) else list(state)
             names = []

@@ -306,13 +306,16 @@ class SchedulerManager:
     async def _refresh_inventory(self) -> None:
         while True:
             await asyncio.sleep(self.settings.inventory_interval)
-            try:
-                self.refresh_inventory()
+            try:  # NVML calls block: read in a thread, apply on the loop
+                nodes = await asyncio.to_thread(discover_nodes, self.settings)
+                self.refresh_inventory(nodes)
             except Exception:
                 log.exception("schedulearn: inventory refresh failed")
 
-    def refresh_inventory(self) -> None:
-        nodes = discover_nodes(self.settings)
+    def refresh_inventory(self, nodes: list[Node] | None = None) -> None:
+        """Apply a fresh inventory: a changed GPU set replaces the engine's nodes, changed
+        figures (memory, utilisation) are updated in place; either is pushed as an event."""
+        nodes = discover_nodes(self.settings) if nodes is None else nodes
         if _shape(nodes) != _shape(self.engine.nodes):
             self.engine.set_nodes(nodes)  # the engine emits an inventory event
             return

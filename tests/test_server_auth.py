@@ -58,13 +58,15 @@ async def test_every_route_needs_a_token(jp_serverapp, http_server_client, sl_ap
             with pytest.raises(HTTPClientError) as e:
                 await http_server_client.fetch(url, method=method.upper(), body=body,
                                                allow_nonstandard_methods=True, raise_error=True)
-            assert e.value.code in (401, 403), f"{method.upper()} {url} answered {e.value.code} without a token"
+            what = f"{method.upper()} {url} answered {e.value.code}"
+            assert e.value.code in (401, 403), f"{what} without a token"
             # and with a wrong token
             with pytest.raises(HTTPClientError) as e:
                 await http_server_client.fetch(url, method=method.upper(), body=body,
                                                headers={"Authorization": "token wrong"},
                                                allow_nonstandard_methods=True, raise_error=True)
-            assert e.value.code in (401, 403), f"{method.upper()} {url} answered {e.value.code} to a bad token"
+            what = f"{method.upper()} {url} answered {e.value.code}"
+            assert e.value.code in (401, 403), f"{what} to a bad token"
             checked += 1
     assert checked >= 12
     # nothing happened on the refused requests

@@ -47,8 +47,8 @@ class Checker:
         if "application/json" in content:
             pointer = "/".join(["", "paths", path.replace("~", "~0").replace("/", "~1"), method.lower(),
                                 "responses", str(status), "content", "application~1json", "schema"])
-            validator = jsonschema.Draft202012Validator({"$ref": "urn:doc#" + pointer}, registry=self.registry)
-            validator.validate(body)
+            ref = {"$ref": "urn:doc#" + pointer}
+            jsonschema.Draft202012Validator(ref, registry=self.registry).validate(body)
 
 
 async def test_real_responses_match_the_document(sl_api, sl_manager):

@@ -430,3 +430,13 @@ train.py FAILED
     assert joblogs.failure_reason(torchrun_tail) == "ValueError: bad shape (3, 4)"
     assert joblogs.failure_reason("a\nlast words\n\n=====\n") == "last words"
     assert joblogs.failure_reason("") == ""
+
+
+def test_job_placed_on_two_nodes_fails_clearly_with_the_local_executor(tmp_path):
+    ex = LocalExecutor(tmp_path)
+    eng = Engine(virtual_cluster(2, 1), "fifo", executor=ex)
+    job = eng.submit({"command": ["python", "x.py"], "launcher": "torchrun", "gpus": 2})
+    eng.round()
+    assert job.state is JobState.failed
+    assert job.reason.startswith("job 1: the local executor runs jobs on this host only, but it was placed")
+    assert eng.pool.total == 2

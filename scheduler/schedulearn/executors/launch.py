@@ -9,7 +9,9 @@ host, the Docker executor runs them as containers; both take the argv and env fr
 * `horovod`  — `horovodrun -np N -H localhost:N --gloo --network-interface lo` on one host;
   `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
   others over ssh: passwordless ssh between the hosts and the same Python environment on each
-  is the requirement).
+  is the requirement). Horovod gives every host the first host's environment, so across hosts
+  its `CUDA_VISIBLE_DEVICES` is right only where each host was given the same GPU indices;
+  torchrun has no such limit.
 
 Every worker sees `CUDA_VISIBLE_DEVICES` = exactly its host's assigned GPUs (NVML indices, with
 `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers GPUs as NVML does; UUIDs for MIG devices or

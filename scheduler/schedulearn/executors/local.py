@@ -76,7 +76,7 @@ class LocalExecutor(Executor):
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
-        self.job_root = Path(job_root)
+        self.job_root = Path(job_root).resolve()  # jobs get it as SCHEDULEARN_JOB_DIR, from their own cwd
         self.job_root.mkdir(parents=True, exist_ok=True)
         self.cancel_grace = cancel_grace
         self.python = python
@@ -317,12 +317,13 @@ class LocalExecutor(Executor):
             reason = ""
         else:
             reason = self._failure(run, code)
-        try:
-            with open(self.log_path(run.job_id), "ab") as f:
-                f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
-                        f"{': ' + reason if reason else ''} ===\n".encode())
-        except OSError:
-            pass
+        if not self._closed:  # else the next server's executor owns the log
+            try:
+                with open(self.log_path(run.job_id), "ab") as f:
+                    f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
+                            f"{': ' + reason if reason else ''} ===\n".encode())
+            except OSError:
+                pass
         run.gone.set()
         if current and not run.superseded:
             self._report(run.job_id, code, reason)

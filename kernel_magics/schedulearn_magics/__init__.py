@@ -16,12 +16,23 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics on `ipython` (once; loading again is harmless)."""
-    from .magics import SchedulearnMagics
+    from .magics import SchedulearnMagics, async_cell_transformer
+    from .widgets import widgets_available
 
     ipython.register_magics(SchedulearnMagics)
+    # In a kernel, a waiting cell awaits its job instead of blocking the event loop (so that the
+    # job widget's Cancel button is heard); a terminal or plain shell keeps the blocking magic.
+    transformers = ipython.input_transformers_cleanup
+    if widgets_available(ipython) and getattr(ipython, "autoawait", False):
+        if async_cell_transformer not in transformers:
+            transformers.append(async_cell_transformer)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import async_cell_transformer
+
+    if async_cell_transformer in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.remove(async_cell_transformer)
     magics = ipython.magics_manager.magics
     magics["cell"].pop("schedulearn", None)
     magics["line"].pop("schedulearn", None)

@@ -32,6 +32,17 @@ class JobFailed(RuntimeError):
         return lines
 
 
+class JobInterrupted(Exception):
+    """The kernel was interrupted while a cell waited for its job; shown as one line."""
+
+    def __init__(self, job_id: int, what: str):
+        self.job_id = job_id
+        super().__init__(f"job {job_id}: {what} (kernel interrupted)")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
+
+
 class JobHandle:
     """A job on the Schedulearn server. `state` asks the server each time it is read."""
 

@@ -7,6 +7,7 @@ server never hears of it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
@@ -22,12 +23,13 @@ from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect
-from .handle import JobFailed, JobHandle
+from .handle import FINAL_STATES, JobFailed, JobHandle, JobInterrupted
 from .widgets import (
     TextJobView,
     follow,
     follow_in_background,
     job_widget,
+    poll_job,
     queue_text,
     queue_widget,
     widgets_available,
@@ -240,6 +242,45 @@ class SchedulearnMagics(Magics):
             raise
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        return self._finish(handle, job, view, out)
+
+    # -- waiting without blocking the kernel's event loop ------------------------------------
+    async def run_async(self, line: str, cell: str) -> Any:
+        """`%%schedulearn` in a kernel: the cell is rewritten to `await` this (see
+        `async_cell_transformer`), so that while the job runs the kernel's event loop stays free
+        to deliver widget messages: the job widget's Cancel button works during the wait."""
+        args = self._parse(line)
+        if args.help or args.no_wait:
+            return self.schedulearn(line, cell)
+        spec = self.build_spec(args, cell)
+        job = self._call(self.client.submit, spec)
+        handle = JobHandle(self.client, job)
+        self.last_job = handle
+        view = self._view(handle)
+        delay = 0.1
+        try:
+            while True:
+                job = await asyncio.to_thread(poll_job, handle, view)
+                if job["state"] in FINAL_STATES:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, self.poll_interval)
+        except (asyncio.CancelledError, KeyboardInterrupt):  # the kernel was interrupted
+            if not self.cancel_on_interrupt:
+                hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
+                raise JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})") from None
+            try:
+                job = handle.cancel()
+                view.update(job, None, None)
+                what = "cancelled"
+            except Exception as e:
+                what = f"could not cancel it: {e}"
+            raise JobInterrupted(handle.id, what) from None
+        except ServerError as e:
+            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        return self._finish(handle, job, view, args.out)
+
+    def _finish(self, handle: JobHandle, job: dict[str, Any], view: Any, out: str | None) -> Any:
         if job["state"] != "succeeded":
             tail = ""
             if not isinstance(view, TextJobView):
@@ -338,3 +379,17 @@ class SchedulearnMagics(Magics):
 
 # magic_arguments names the parser after the function; the cell magic is spelt with two %.
 SchedulearnMagics.schedulearn.parser.prog = "%%schedulearn"
+
+
+def async_cell_transformer(lines: list[str]) -> list[str]:
+    """IPython input transformer: `%%schedulearn OPTIONS` + body -> one line awaiting
+    `SchedulearnMagics.run_async(OPTIONS, body)`; ipykernel runs such a cell as a task on its
+    event loop, which then goes on dispatching comm messages (widget clicks) meanwhile."""
+    if not lines or not lines[0].startswith("%%schedulearn"):
+        return lines
+    options = lines[0][len("%%schedulearn"):]
+    if options.strip() and not options[0].isspace():
+        return lines  # another magic whose name starts the same
+    body = "".join(lines[1:])
+    call = "get_ipython().magics_manager.registry['SchedulearnMagics'].run_async"
+    return [f"await {call}({options.strip()!r}, {body!r})\n"]

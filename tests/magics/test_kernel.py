@@ -1,0 +1,129 @@
+"""The magics in a real IPython kernel (ipykernel over ZeroMQ, as JupyterLab runs it), against
+the live server: the waiting cell awaits its job on the kernel's event loop, so the job widget's
+Cancel button is heard during the wait, and a kernel interrupt cancels the job."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from schedulearn.client import Client
+
+from tests.fixtures.jupyter import LiveServer
+
+
+@pytest.fixture(scope="module")
+def kernel(server: LiveServer) -> Iterator[tuple[Any, Any]]:
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")  # inherits SCHEDULEARN_URL/TOKEN
+    try:
+        kc.execute_interactive("%load_ext schedulearn_jupyter", timeout=60)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def drain(kc: Any) -> None:
+    while True:
+        try:
+            kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            return
+
+
+def collect_until_reply(kc: Any, msg_id: str, timeout: float = 120) -> tuple[dict, list[dict]]:
+    """(execute_reply content, iopub messages of that request)."""
+    iopub: list[dict] = []
+    deadline = time.monotonic() + timeout
+    reply = None
+    while time.monotonic() < deadline:
+        if reply is None:
+            try:
+                msg = kc.get_shell_msg(timeout=0.1)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    reply = msg["content"]
+            except queue.Empty:
+                pass
+        try:
+            msg = kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            iopub.append(msg)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" and reply:
+                return reply, iopub
+    raise AssertionError(f"no reply to {msg_id} within {timeout}s")
+
+
+def wait_job(client: Client, name: str, state: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = [j for j in client.jobs() if j["name"] == name]
+        if jobs and jobs[-1]["state"] == state:
+            return jobs[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"job {name!r} not {state} within {timeout}s")
+
+
+def test_result_comes_back_as_execute_result(kernel: tuple[Any, Any]) -> None:
+    _, kc = kernel
+    drain(kc)
+    msg_id = kc.execute("%%schedulearn --name in-kernel -o answer\nprint('computing')\n6 * 7")
+    reply, iopub = collect_until_reply(kc, msg_id)
+    assert reply["status"] == "ok", reply
+    results = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "execute_result"]
+    assert results == ["42"]
+    widgets = [m for m in iopub if m["msg_type"] == "comm_open"
+               and m["content"]["data"]["state"].get("_model_name") == "ButtonModel"]
+    assert widgets, "no job widget (Cancel button) was shown"
+    reply, iopub = collect_until_reply(kc, kc.execute("print(answer + 1)"))
+    assert "43" in "".join(m["content"].get("text", "") for m in iopub if m["msg_type"] == "stream")
+
+
+def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], client: Client) -> None:
+    _, kc = kernel
+    drain(kc)
+    msg_id = kc.execute("%%schedulearn --name button-cancel\nimport time\ntime.sleep(120)\n'never'")
+    button = None
+    deadline = time.monotonic() + 60
+    while button is None and time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "comm_open":
+            state = msg["content"]["data"]["state"]
+            if state.get("_model_name") == "ButtonModel" and state.get("description") == "Cancel":
+                button = msg["content"]["comm_id"]
+    assert button is not None, "the Cancel button never appeared"
+    job = wait_job(client, "button-cancel", "running")
+    # What the browser sends when the button is clicked: a custom comm message.
+    click = kc.session.msg("comm_msg", {"comm_id": button,
+                                        "data": {"method": "custom", "content": {"event": "click"}}})
+    kc.shell_channel.send(click)
+    reply, _ = collect_until_reply(kc, msg_id, timeout=60)
+    assert client.job(job["id"])["state"] == "cancelled"
+    assert reply["status"] == "error" and reply["ename"] == "JobFailed", reply
+    assert "cancelled" in reply["evalue"]
+
+
+def test_interrupt_cancels_the_awaited_job(kernel: tuple[Any, Any], client: Client) -> None:
+    km, kc = kernel
+    drain(kc)
+    msg_id = kc.execute("%%schedulearn --name interrupt-kernel\nimport time\ntime.sleep(120)")
+    job = wait_job(client, "interrupt-kernel", "running")
+    km.interrupt_kernel()
+    reply, iopub = collect_until_reply(kc, msg_id, timeout=60)
+    assert reply["status"] == "error", reply
+    assert "kernel interrupted" in reply["evalue"]
+    deadline = time.monotonic() + 30
+    while client.job(job["id"])["state"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.job(job["id"])["state"] == "cancelled"
+    reply, _ = collect_until_reply(kc, kc.execute("1 + 1"))  # the kernel lives on
+    assert reply["status"] == "ok"

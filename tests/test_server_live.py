@@ -1,0 +1,227 @@
+"""Real server processes: `jupyter server` with the extension (runtime file, CLI client,
+restart with queued and running jobs), `schedulearn serve` with tokens, and an extension that
+uses that standalone scheduler remotely."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from schedulearn.client import Client, ClientError
+from schedulearn.executors.local import PID_FILE
+
+from tests.fixtures.jupyter import ROOT, LiveServer, free_port, wait_http
+
+pytestmark = pytest.mark.slow
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def cli(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "schedulearn.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def wait_for(fn, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_runtime_file_and_cli_client(live_server: LiveServer):
+    live_server.start()
+    info_path = live_server.home / "runtime" / "schedulearn-server.json"
+    info = json.loads(info_path.read_text())
+    assert info["url"] == live_server.url and info["token"] == live_server.token
+    assert info["pid"] == live_server.proc.pid
+    assert oct(info_path.stat().st_mode & 0o777) == "0o600"
+    # the CLI finds the server through the runtime file alone
+    env = {k: v for k, v in live_server.env.items() if not k.startswith("SCHEDULEARN_")}
+    gpus = json.loads(cli(env, "gpus", "--json").stdout)
+    assert len(gpus["nodes"][0]["gpus"]) == 4
+    out = cli(env, "submit", "--json", "--name", "hi", "--", sys.executable, "-c", "print('hi from the cli')")
+    job = json.loads(out.stdout)
+    assert job["name"] == "hi" and job["state"] == "queued"
+    wait_for(lambda: json.loads(cli(env, "ls", "--json", "--state", "succeeded").stdout)["jobs"],
+             what="the job to succeed")
+    assert "hi from the cli" in cli(env, "logs", str(job["id"])).stdout
+    listed = json.loads(cli(env, "ls", "--json").stdout)["jobs"]
+    assert [j["id"] for j in listed] == [job["id"]]
+    table = cli(env, "ls").stdout.splitlines()
+    assert table[0].split()[:4] == ["ID", "NAME", "USER", "STATE"] and "succeeded" in table[1]
+    # policy
+    assert json.loads(cli(env, "policy", "las", "--json").stdout) == {"policy": "las"}
+    shown = json.loads(cli(env, "policy", "--json").stdout)
+    assert shown["policy"] == "las" and "fifo" in [p["name"] for p in shown["policies"]]
+    bad = cli(env, "policy", "nope", check=False)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "policy: unknown 'nope'" in bad.stderr
+    # cancel a running job, then again: a one-line 409
+    sleeper = json.loads(cli(env, "submit", "--json", "--", *SLEEP).stdout)
+    wait_for(lambda: Client(live_server.url, live_server.token).job(sleeper["id"])["state"] == "running")
+    done = json.loads(cli(env, "cancel", "--json", str(sleeper["id"])).stdout)
+    assert done["jobs"][0]["id"] == sleeper["id"]
+    wait_for(lambda: Client(live_server.url, live_server.token).job(sleeper["id"])["state"] == "cancelled")
+    again = cli(env, "cancel", str(sleeper["id"]), check=False)
+    assert again.returncode == 1 and "already cancelled (HTTP 409)" in again.stderr
+    # bad input: one line naming the field
+    bad = cli(env, "submit", "--gpus", "0", "--", "true", check=False)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpus: " in bad.stderr
+    # explicit flags win over the runtime file; a wrong token is refused
+    wrong = cli(env, "ls", "--url", live_server.url, "--token", "nope", check=False)
+    assert wrong.returncode == 1 and "HTTP 403" in wrong.stderr
+    live_server.stop()
+    assert not info_path.exists()
+    gone = cli(env, "ls", check=False)
+    assert gone.returncode == 1 and "no Schedulearn server found" in gone.stderr
+
+
+def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
+    live_server.traits.update(virtual_gpus=1)
+    live_server.start()
+    c = Client(live_server.url, live_server.token)
+    running = c.submit({"name": "a", "command": SLEEP})
+    queued = c.submit({"name": "b", "command": SLEEP})
+    wait_for(lambda: c.job(running["id"])["state"] == "running")
+    assert c.job(queued["id"])["state"] == "queued"
+    pid = int(json.loads((Path(live_server.traits["job_root"]) / str(running["id"]) / PID_FILE)
+                         .read_text())["pid"])
+    live_server.stop()
+    assert alive(pid), "a running job survives its server's restart"
+    live_server.start()
+    c = Client(live_server.url, live_server.token)
+    jobs = {j["id"]: j for j in c.jobs()}
+    assert set(jobs) == {running["id"], queued["id"]}
+    assert jobs[running["id"]]["state"] == "running", jobs[running["id"]]
+    assert jobs[queued["id"]]["state"] == "queued"
+    # the re-attached job is still controlled: cancel it, the queued one starts, cancel that
+    c.cancel(running["id"])
+    wait_for(lambda: c.job(running["id"])["state"] == "cancelled", what="the re-attached job to stop")
+    wait_for(lambda: not alive(pid), what="its process to end")
+    wait_for(lambda: c.job(queued["id"])["state"] == "running", what="the queued job to start")
+    c.cancel(queued["id"])
+    wait_for(lambda: c.job(queued["id"])["state"] == "cancelled")
+
+
+class Serve:
+    def __init__(self, home: Path, *args: str):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+        self.log = open(home / "serve.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
+             "--store", f"sqlite:///{home / 'serve.db'}", "--job-root", str(home / "jobs"), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        wait_http(self.url + "schedulearn/api/policy", proc=self.proc)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+        self.log.close()
+
+
+@pytest.fixture
+def serve(tmp_path: Path):
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"alice-token": "alice", "bob-token": "bob"}))
+    s = Serve(tmp_path / "serve", "--tokens", str(tokens), "--virtual-gpus", "2", "--tick", "0.2")
+    yield s
+    s.stop()
+
+
+def test_serve_standalone_with_tokens(serve: Serve):
+    with pytest.raises(ClientError) as e:
+        Client(serve.url, "").gpus()
+    assert e.value.status == 403
+    with pytest.raises(ClientError) as e:
+        Client(serve.url, "mallory").jobs()
+    assert e.value.status == 403
+    alice, bob = Client(serve.url, "alice-token"), Client(serve.url, "bob-token")
+    assert len(alice.gpus()["nodes"][0]["gpus"]) == 2
+    job = alice.submit({"command": [sys.executable, "-c", "print('standalone')"]})
+    assert job["user"] == "alice"
+    wait_for(lambda: alice.job(job["id"])["state"] == "succeeded")
+    assert "standalone" in alice.logs(job["id"])
+    mine = bob.submit({"command": SLEEP})
+    assert mine["user"] == "bob"
+    with pytest.raises(ClientError) as e:
+        alice.cancel(mine["id"])
+    assert e.value.status == 403 and "bob" in str(e.value)
+    assert [j["id"] for j in alice.jobs(user="bob")] == [mine["id"]]
+    bob.cancel(mine["id"])
+    wait_for(lambda: bob.job(mine["id"])["state"] == "cancelled")
+    # the same OpenAPI document, the same errors
+    assert set(alice.openapi()["paths"]) >= {"/jobs", "/jobs/{job_id}", "/policy", "/gpus"}
+    with pytest.raises(ClientError) as e:
+        alice.submit({"command": ["x"], "gpus": 3})
+    assert e.value.status == 400 and str(e.value).startswith("gpus: at most 2")
+
+
+def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path):
+    jupyter = LiveServer(tmp_path / "jupyter", {"remote_url": serve.url, "remote_token": "alice-token"})
+    try:
+        jupyter.start()
+        via_jupyter = Client(jupyter.url, jupyter.token)
+        assert len(via_jupyter.gpus()["nodes"][0]["gpus"]) == 2  # the standalone server's GPUs
+
+        async def watch() -> list[dict]:
+            from tornado.httpclient import HTTPRequest
+            from tornado.websocket import websocket_connect
+
+            ws = await websocket_connect(HTTPRequest(
+                jupyter.url.replace("http", "ws") + "schedulearn/api/events",
+                headers={"Authorization": f"token {jupyter.token}"}))
+            hello = json.loads(await ws.read_message())
+            assert hello["type"] == "hello" and hello["remote"].startswith(serve.url)
+            spec = {"command": [sys.executable, "-c", "print(42)"]}
+            job = await asyncio.to_thread(via_jupyter.submit, spec)
+            seen = []
+            async with asyncio.timeout(30):
+                while not seen or seen[-1].get("event") != "succeeded":
+                    seen.append(json.loads(await ws.read_message()))
+            ws.close()
+            assert all(e["job"]["id"] == job["id"] for e in seen if e["type"] == "job")
+            return seen
+
+        seen = asyncio.run(watch())
+        assert [e["event"] for e in seen if e["type"] == "job"] == ["submitted", "started", "succeeded"]
+        job_id = seen[-1]["job"]["id"]
+        # recorded on the standalone server as the remote token's user
+        assert Client(serve.url, "bob-token").job(job_id)["user"] == "alice"
+        assert "42" in via_jupyter.logs(job_id)
+        assert "42" in "".join(via_jupyter.follow(job_id))
+        with pytest.raises(ClientError) as e:
+            via_jupyter.job(999)
+        assert e.value.status == 404
+        with pytest.raises(ClientError) as e:
+            via_jupyter.submit({"command": []})
+        assert e.value.status == 400 and "command" in str(e.value)
+    finally:
+        jupyter.stop()

@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 from schedulearn_magics.handle import JobFailed, JobHandle
 
+from tests.conftest import require
 from tests.magics.conftest import GPUS
 
 
@@ -238,3 +239,21 @@ def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: p
     out = capsys.readouterr().out
     assert out.startswith("policy: ")
     assert "state" in out and "waited" in out and "succeeded" in out
+
+
+def test_horovod_detected_and_rank_zero_result(shell: InteractiveShell, client: Client) -> None:
+    try:
+        import horovod.torch  # noqa: F401
+    except ImportError:
+        require(False, "horovod (with torch) is not installed (scripts/setup.sh builds it)")
+    body = (
+        "import torch\n"
+        "import horovod.torch as hvd\n"
+        "hvd.init()\n"
+        "total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)\n"
+        "(hvd.size(), hvd.rank(), total.item())"
+    )
+    r = cell(shell, "--gpus 2 --name hvd-job", body)
+    assert r.success, r.error_in_exec
+    assert r.result == (2, 0, 3.0)  # rank 0's value
+    assert client.jobs()[-1]["spec"]["launcher"] == "horovod"

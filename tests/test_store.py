@@ -176,6 +176,16 @@ def test_postgres_server_restart(postgres_server, postgres_fresh_url):
     s.close()
 
 
+def test_unreachable_or_bad_url_is_one_clear_line(tmp_path):
+    no_server = r"^store: cannot open postgresql\+psycopg://nobody@/nodb\?host=.*: .+$"
+    with pytest.raises(StoreError, match=no_server):
+        SqlStore(f"postgresql+psycopg://nobody@/nodb?host={tmp_path}")  # no server there
+    with pytest.raises(StoreError, match=r"^url: cannot open nosuchdb://x: .+$"):
+        SqlStore("nosuchdb://x")
+    with pytest.raises(StoreError, match=r"^store: cannot open sqlite:////proc/.+: .+$"):
+        SqlStore("sqlite:////proc/no/such/dir/jobs.db")
+
+
 # -- the schema and its migrations -------------------------------------------------------------
 def test_migrations_produce_the_schema_the_code_uses(store):
     with store._engine.connect() as conn:

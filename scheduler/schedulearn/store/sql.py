@@ -178,7 +178,10 @@ class SqlStore:
                 self._memory = True
                 kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
             else:
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise StoreError(f"store: cannot open {parsed}: {e.strerror}: {e.filename}") from e
         else:
             kwargs.update(pool_pre_ping=True)  # reads after a server restart: no stale connection
         try:
@@ -198,11 +201,12 @@ class SqlStore:
             with self.transaction() as conn:
                 migrate.upgrade(conn)
         except migrate.SchemaError as e:
-            self._engine.dispose()
+            self.close()
             raise StoreError(str(e)) from None
-        except sa.exc.SQLAlchemyError as e:
-            self._engine.dispose()
-            raise StoreError(f"store: cannot open {self.url}: {_one_line(e)}") from e
+        except StoreError as e:
+            self.close()
+            cause = e.__cause__ if e.__cause__ is not None else e
+            raise StoreError(f"store: cannot open {self.url}: {_one_line(cause)}") from cause
 
     def __repr__(self) -> str:
         return f"SqlStore({self.url!r})"
@@ -219,8 +223,8 @@ class SqlStore:
             if self._tx is not None:
                 yield self._tx  # nested: joins the outer transaction
                 return
-            conn = self._conn()
             try:
+                conn = self._conn()
                 with self._begin(conn):
                     self._tx, self._tx_thread = conn, threading.get_ident()
                     try:

@@ -230,6 +230,17 @@ def _queue_widget_class() -> type:
             self.refresh()
             self._thread = threading.Thread(target=self._loop, name="schedulearn-queue", daemon=True)
             self._thread.start()
+            _LIVE_QUEUES.append(self)
+            while len(_LIVE_QUEUES) > MAX_LIVE_QUEUES:  # re-run cells must not pile up pollers
+                _LIVE_QUEUES.pop(0).pause("paused: a newer queue widget is live")
+
+        @property
+        def live(self) -> bool:
+            return self._thread.is_alive()
+
+        def pause(self, why: str) -> None:
+            self._stop.set()
+            self.message.value = f"<span style='color:#93a1a1'>{html.escape(why)}</span>"
 
         @property
         def policy(self) -> str | None:
@@ -276,12 +287,17 @@ def _queue_widget_class() -> type:
 
         def close(self) -> None:
             self._stop.set()
+            if self in _LIVE_QUEUES:
+                _LIVE_QUEUES.remove(self)
             super().close()
 
     return QueueWidget
 
 
 _QUEUE_WIDGET: type | None = None
+#: Queue widgets that still poll; the oldest is paused when a newer one would exceed this.
+MAX_LIVE_QUEUES = 3
+_LIVE_QUEUES: list[Any] = []
 
 
 def queue_widget(client: Any, interval: float = 1.0) -> Any:

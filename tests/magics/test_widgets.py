@@ -109,3 +109,17 @@ def test_queue_dropdown_follows_a_switch_made_elsewhere(queue: Any, client: Clie
     wait_for(lambda: queue.dropdown.value == "elastic-fifo", timeout=10, what="the dropdown to follow")
     time.sleep(0.3)
     assert client.policy() == "elastic-fifo"  # following did not switch anything back
+
+
+def test_old_queue_widgets_stop_polling(client: Client) -> None:
+    from schedulearn_magics import widgets
+
+    made = [queue_widget(client, interval=0.1) for _ in range(widgets.MAX_LIVE_QUEUES + 1)]
+    try:
+        wait_for(lambda: not made[0].live, timeout=5, what="the oldest queue widget to stop")
+        assert "paused" in made[0].message.value
+        assert all(w.live for w in made[1:])
+    finally:
+        for w in made:
+            w.close()
+    wait_for(lambda: not any(w.live for w in made), timeout=5, what="closed widgets to stop")

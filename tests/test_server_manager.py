@@ -1,0 +1,166 @@
+"""The framework-free manager, tested directly (no HTTP): settings, ownership, the event
+fan-out, a crashing round, and the app's traits from the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from schedulearn.model import SpecError
+from traitlets import TraitError
+
+from schedulearn_jupyter.app import SchedulearnApp
+from schedulearn_jupyter.manager import ApiError, Conflict, Forbidden, NotFound, SchedulerManager, Settings
+
+
+def sim_manager(tmp_path, **kw) -> SchedulerManager:
+    s = Settings(executor="sim", virtual_gpus=2, store_url=f"sqlite:///{tmp_path / 'm.db'}",
+                 job_root=str(tmp_path / "jobs"), tick=0.05, inventory_interval=0, **kw)
+    return SchedulerManager(s)
+
+
+@pytest.mark.parametrize("kw, error", [
+    ({"executor": "slurm"}, "executor: expected one of local, docker, sim, got 'slurm'"),
+    ({"virtual_gpus": -1}, "virtual_gpus: expected an integer >= 0, got -1"),
+    ({"default_policy": "nope"}, "policy: unknown 'nope'; available: "),
+    ({"cancel_grace": -2}, "cancel_grace: expected seconds >= 0, got -2"),
+])
+def test_bad_settings_are_one_line_errors(kw, error):
+    with pytest.raises(SpecError) as e:
+        Settings(**kw).validate()
+    assert str(e.value).startswith(error)
+
+
+def test_submit_cancel_and_ownership(tmp_path):
+    async def main():
+        m = sim_manager(tmp_path)
+        m.start()
+        job = await m.submit({"duration": 30}, "alice")
+        assert job["user"] == "alice" and job["state"] == "queued"
+        with pytest.raises(Forbidden):
+            await m.cancel(job["id"], "bob")
+        with pytest.raises(NotFound):
+            await m.cancel(77, "alice")
+        with pytest.raises(NotFound):
+            await m.get_job("x")
+        with pytest.raises(ApiError) as e:
+            await m.submit({"duration": 1, "gpus": 3}, "alice")
+        assert e.value.status == 400 and str(e.value).startswith("gpus: at most 2")
+        await m.cancel(job["id"], "alice")
+        with pytest.raises(Conflict):
+            await m.cancel(job["id"], "alice")
+        assert [(j.id, j.state.value) for j in m.store.list_jobs()] == [(job["id"], "cancelled")]
+        await m.stop()
+
+    asyncio.run(main())
+
+
+def test_simulated_jobs_end_on_the_wall_clock_and_events_fan_out(tmp_path):
+    async def main():
+        m = sim_manager(tmp_path)
+        m.start()
+        a, b = m.subscribe(), m.subscribe()
+        job = await m.submit({"duration": 0.2}, "u")
+        events = []
+        async with asyncio.timeout(10):
+            async for e in a:
+                events.append(e)
+                if e.get("event") == "succeeded":
+                    break
+        assert [e["event"] for e in events] == ["submitted", "started", "succeeded"]
+        assert all(e["job"]["id"] == job["id"] for e in events)
+        got_b = [await b.get(5) for _ in range(3)]
+        assert [e["seq"] for e in got_b] == [e["seq"] for e in events]
+        # events emitted from another thread arrive on the loop
+        t = threading.Thread(target=m.engine._emit, args=({"type": "custom"},))
+        t.start()
+        t.join()
+        assert (await a.get(5))["type"] == "custom"
+        a.close()
+        assert a not in m.hub.subscribers
+        await m.stop()
+
+    asyncio.run(main())
+
+
+def test_a_subscriber_that_does_not_read_is_dropped(tmp_path):
+    async def main():
+        m = sim_manager(tmp_path)
+        m.hub.maxsize = 5
+        slow = m.subscribe()
+        for i in range(10):
+            m.hub.publish({"type": "x", "i": i})
+        assert slow.closed and slow not in m.hub.subscribers
+        got = [e async for e in slow]
+        assert [e["i"] for e in got] == [0, 1, 2, 3, 4]
+        await m.stop()
+
+    asyncio.run(main())
+
+
+def test_a_crashing_round_is_logged_and_the_loop_goes_on(tmp_path, caplog):
+    async def main():
+        m = sim_manager(tmp_path)
+        real = m.engine.round
+        calls = {"n": 0}
+
+        def flaky(*args, **kw):
+            calls["n"] += 1
+            if calls["n"] <= 2:
+                raise RuntimeError("boom in a round")
+            return real(*args, **kw)
+
+        m.engine.round = flaky
+        m.start()
+        job = await m.submit({"duration": 0.1}, "u")
+        async with asyncio.timeout(10):
+            while m.engine.get(job["id"]).state.value != "succeeded":
+                m.engine.wake()
+                await asyncio.sleep(0.02)
+        await m.stop()
+
+    asyncio.run(main())
+    assert "scheduling round failed" in caplog.text and "boom in a round" in caplog.text
+
+
+def test_traits_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SCHEDULEARN_VIRTUAL_GPUS", "3")
+    monkeypatch.setenv("SCHEDULEARN_EXECUTOR", "sim")
+    monkeypatch.setenv("SCHEDULEARN_DOCKER_HOSTS", "tcp://a:2375, tcp://b:2375")
+    monkeypatch.setenv("SCHEDULEARN_CANCEL_GRACE", "2.5")
+    monkeypatch.setenv("SCHEDULEARN_JOB_ROOT", str(tmp_path / "j"))
+    monkeypatch.setenv("SCHEDULEARN_STORE_URL", "sqlite:///x.db")
+    monkeypatch.setenv("SCHEDULEARN_DEFAULT_POLICY", "las")
+    monkeypatch.setenv("SCHEDULEARN_DEFAULT_IMAGE", "pytorch/pytorch")
+    monkeypatch.setenv("SCHEDULEARN_REMOTE_URL", "http://gpu-box:8765/")
+    monkeypatch.setenv("SCHEDULEARN_REMOTE_TOKEN", "t")
+    app = SchedulearnApp()
+    assert app.virtual_gpus == 3 and app.executor == "sim" and app.cancel_grace == 2.5
+    assert app.docker_hosts == ["tcp://a:2375", "tcp://b:2375"]
+    assert app.job_root == str(tmp_path / "j") and app.store_url == "sqlite:///x.db"
+    assert app.default_policy == "las" and app.default_image == "pytorch/pytorch"
+    assert app.remote_url == "http://gpu-box:8765/" and app.remote_token == "t"
+    # explicit configuration wins over the environment
+    assert SchedulearnApp(virtual_gpus=1).virtual_gpus == 1
+
+
+def test_defaults_without_environment(monkeypatch):
+    for name in ("VIRTUAL_GPUS", "EXECUTOR", "STORE_URL", "JOB_ROOT", "DEFAULT_POLICY"):
+        monkeypatch.delenv("SCHEDULEARN_" + name, raising=False)
+    app = SchedulearnApp()
+    assert app.virtual_gpus == 0 and app.executor == "local" and app.default_policy == "fifo"
+    assert app.store_url.startswith("sqlite:///") and app.store_url.endswith("schedulearn/jobs.db")
+
+
+@pytest.mark.parametrize("name, value, error", [
+    ("VIRTUAL_GPUS", "four", "SCHEDULEARN_VIRTUAL_GPUS: expected an integer, got 'four'"),
+    ("EXECUTOR", "slurm", "SCHEDULEARN_EXECUTOR: expected one of local, docker, sim, got 'slurm'"),
+    ("CANCEL_GRACE", "soon", "SCHEDULEARN_CANCEL_GRACE: expected a number, got 'soon'"),
+])
+def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
+    monkeypatch.setenv("SCHEDULEARN_" + name, value)
+    app = SchedulearnApp()
+    with pytest.raises(TraitError) as e:
+        getattr(app, name.lower())
+    assert str(e.value) == error

@@ -203,7 +203,9 @@ class Engine:
         """Whether time alone can change this policy's decisions now."""
         if not self.policy.time_driven:
             return False
-        return self.policy.elastic or bool(self._qjobs)
+        # (An elastic policy resizes running jobs as time goes; with no job at all, nothing can
+        # change: ticking then would keep a simulation going forever.)
+        return bool(self._qjobs) or (self.policy.elastic and bool(self.running))
 
     def _tick_due(self, now: float) -> bool:
         if not self.needs_tick():

@@ -1,0 +1,228 @@
+"""`schedulearn …`: the command line.
+
+Each subcommand is a small function registered on a subparser (`register`); the client
+commands (`submit`, `ls`, `logs`, `cancel`, `policy`, `gpus`, `serve`) come from
+`schedulearn.client_cli`, hooked in through its own `register(subparsers)` when it imports.
+Usage errors are one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from typing import Any, NoReturn
+
+from . import __version__
+from .model import SpecError
+
+#: Modules that add subcommands: each has `register(subparsers)`.
+EXTENSIONS = ("schedulearn.client_cli",)
+
+RESULT_KEYS = ("policy", "jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
+               "gpu_utilization")
+
+EXAMPLES = """\
+examples:
+  schedulearn policies
+  schedulearn simulate ../shared/traces/philly.csv --policy all --cluster 8x8 --limit 2000
+  schedulearn simulate my-trace.csv --policy las --cluster 4x8 --json
+"""
+
+SIMULATE_EXAMPLES = """\
+A trace is a CSV; its format is detected from the header:
+  name,submit_time,gpus,duration                      rigid jobs (seconds)
+  timestamp,duration,num_gpus,gpu_time,cluster        the Philly summary (--start, --limit)
+  name,time,application,num_replicas,batch_size       a Pollux workload (application models)
+
+Output (--json): one object per policy with policy, jobs, avg_jct_s, p50_jct_s, p99_jct_s,
+makespan_s, avg_queue_s, gpu_utilization. JCT = finish - submit; makespan = last finish - first
+submit; utilisation = busy GPU-seconds / (GPUs x makespan).
+
+examples:
+  schedulearn simulate tests/data/small-trace.csv --policy fifo --cluster 2x4
+  schedulearn simulate ../shared/traces/philly.csv --policy all --cluster 8x8 --limit 2000
+  schedulearn simulate ../shared/traces/philly.csv --policy las --cluster 300x8 --json
+  schedulearn simulate ../shared/traces/pollux/workloads/workload-1.csv --policy las \\
+      --cluster 16x4 --interval 60 --restart-penalty 30 --plot jct.png
+"""
+
+
+class UsageError(Exception):
+    """Bad input on the command line: one line on stderr, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+# -- policies ------------------------------------------------------------------------------------
+def cmd_policies(args: argparse.Namespace) -> int:
+    from . import policies
+
+    available = policies.available()
+    if args.json:
+        print(json.dumps(available, indent=2))
+    else:
+        _table([["policy", "description"]] + [[p["name"], p["description"]] for p in available])
+    return 0
+
+
+# -- simulate ------------------------------------------------------------------------------------
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from . import policies
+    from .model import parse_cluster
+    from .sim.simulate import simulate
+    from .sim.traces import load_trace
+
+    names = list(policies.policy_classes())
+    if args.policy == "all":
+        chosen = names
+    else:
+        chosen = [p.strip() for p in args.policy.split(",")]
+        for name in chosen:
+            if name not in names:
+                raise UsageError(f"policy: unknown {name!r}; available: {', '.join(names)}, all")
+    nodes = parse_cluster(args.cluster)
+    plot = _plotter() if args.plot else None
+    try:
+        trace = load_trace(args.trace, start=args.start, limit=args.limit)
+    except (SpecError, ValueError) as e:  # readers' errors are one line: file:line: field: ...
+        raise UsageError(str(e)) from None
+    if not trace:
+        raise UsageError(f"trace: no jobs in {args.trace}" + (" after --start" if args.start else ""))
+    results = []
+    for name in chosen:
+        r = simulate(trace, nodes, name, interval=args.interval, tick=args.tick,
+                     restart_penalty=args.restart_penalty)
+        results.append(r)
+        if not args.quiet:
+            print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
+                  file=sys.stderr, flush=True)
+    metrics = [{k: r.metrics[k] for k in RESULT_KEYS} for r in results]
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        _print_results(metrics, len(nodes), sum(len(n.gpus) for n in nodes))
+    if plot is not None:
+        plot(results, args.plot)
+        if not args.quiet:
+            print(f"simulate: plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _plotter():
+    """`schedulearn.sim.plot.plot_results`, or a usage error saying what is missing."""
+    if importlib.util.find_spec("schedulearn.sim.plot") is None:
+        raise UsageError("--plot: this installation has no schedulearn.sim.plot module")
+    try:
+        module = importlib.import_module("schedulearn.sim.plot")
+    except ImportError as e:
+        raise UsageError(f"--plot: needs {e.name or 'matplotlib'}: pip install 'schedulearn[plot]'") from None
+    return module.plot_results
+
+
+def _print_results(rows: list[dict[str, Any]], hosts: int, gpus: int) -> None:
+    head = ["policy", "jobs", "avg JCT s", "p50 JCT s", "p99 JCT s", "makespan s", "avg queue s", "GPU util"]
+    body = [[r["policy"], str(r["jobs"]), *(f"{r[k]:,.0f}" for k in RESULT_KEYS[2:7]),
+             f"{100 * r['gpu_utilization']:.1f}%"] for r in rows]
+    print(f"{hosts} hosts, {gpus} GPUs")
+    _table([head] + body, right=range(1, len(head)))
+
+
+def _table(rows: list[list[str]], right=()) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        print("  ".join(cells).rstrip())
+
+
+# -- the parser ----------------------------------------------------------------------------------
+def register(subparsers: Any) -> None:
+    """The core's commands: `policies` and `simulate`."""
+    p = subparsers.add_parser(
+        "policies", help="list the scheduling policies",
+        description="List the scheduling policies (built-in and from plugins).",
+        epilog="examples:\n  schedulearn policies\n  schedulearn policies --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help='print [{"name", "description"}, ...]')
+    p.set_defaults(func=cmd_policies)
+
+    p = subparsers.add_parser(
+        "simulate", help="replay a job trace under one or all policies",
+        description="Replay a job trace through the real engine and policies on a virtual clock.",
+        epilog=SIMULATE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", help="a trace CSV (rigid, Philly or Pollux workload)")
+    p.add_argument("--policy", required=True, metavar="NAME",
+                   help="a policy name, several separated by commas, or 'all'")
+    p.add_argument("--cluster", required=True, metavar="HxG", help="H hosts with G GPUs each, e.g. 4x8")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one object per policy")
+    p.add_argument("--start", metavar="ISO", help="Philly only: skip jobs submitted before this time")
+    p.add_argument("--limit", type=_positive(int), metavar="N", help="keep only the first N jobs")
+    p.add_argument("--interval", type=_positive(float), metavar="S",
+                   help="schedule only every S seconds (default: at every event)")
+    p.add_argument("--tick", type=_positive(float), default=60.0, metavar="S",
+                   help="how often time-driven policies (las) look again while jobs wait (default 60)")
+    p.add_argument("--restart-penalty", type=float, default=0.0, metavar="S",
+                   help="seconds without progress after each preemption or resize (default 0)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_simulate)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="schedulearn",
+        description="Schedule deep-learning training on shared GPUs; simulate policies on traces.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"schedulearn {__version__}")
+    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND")
+    register(subparsers)
+    for name in EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue  # an optional part that is not installed: its commands are absent
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except (UsageError, SpecError) as e:
+        print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

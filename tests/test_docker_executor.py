@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 import time
 from pathlib import Path
 
@@ -303,6 +304,54 @@ def test_restarted_server_reattaches_by_labels_and_reports_the_real_exit(dockerd
             assert text.count("bye 3\n") == 1
             assert labelled(dockerd, job2.id) == []
             assert eng2.pool.total == 4
+
+    asyncio.run(main())
+
+
+RESIZABLE = """\
+import os, signal, sys, time
+r, cvd = os.environ["SCHEDULEARN_RESTART_COUNT"], os.environ["CUDA_VISIBLE_DEVICES"]
+print(f"run restart={r} cvd={cvd}", flush=True)
+def on_term(*_):
+    print(f"checkpoint at restart={r}", flush=True)
+    sys.exit(0)  # a clean exit: reporting it would wrongly end the job
+signal.signal(signal.SIGTERM, on_term)
+while not os.path.exists("release"):
+    time.sleep(0.05)
+print("done", flush=True)
+"""
+
+
+def test_resize_restarts_the_container_at_the_new_size_and_hides_the_old_exit(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs", gpus=2)
+
+    async def main():
+        eng = Engine(ex.nodes(), "elastic-fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            job = eng.submit({"script": RESIZABLE, "gpus": "auto", "min_gpus": 1, "max_gpus": 2})
+            await wait_for(in_log(ex, job.id, "run restart=0 cvd=0,1"), 30, "the job on 2 GPUs")
+            other = eng.submit({"command": show_env(dockerd, "release"), "gpus": 1})
+            await wait_for(in_log(ex, job.id, "run restart=1 cvd="), 30, "the job restarted on 1 GPU")
+            assert job.state is JobState.running and job.size == 1
+            await wait_for(in_log(ex, other.id, "cwd="), 30, "the other job to start")
+            (ex.job_dir(other.id) / "release").touch()
+            await wait_for(final(eng, other.id), 30, "the other job to end")
+            await wait_for(in_log(ex, job.id, "run restart=2 cvd=0,1"), 30, "the job back on 2 GPUs")
+            assert job.state is JobState.running and job.restarts == 2
+            assert len(labelled(dockerd, job.id)) == 1  # the stopped containers are gone
+            (ex.job_dir(job.id) / "release").touch()
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            text = ex.logs(job.id)
+            assert "checkpoint at restart=0" in text and "checkpoint at restart=1" in text
+            assert text.count("stopped for resize") == 2
+            assert re.search(r"run restart=1 cvd=\d\n", text)
+            assert labelled(dockerd, job.id) == []
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
 
     asyncio.run(main())
 

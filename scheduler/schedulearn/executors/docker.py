@@ -414,7 +414,7 @@ class DockerExecutor(Executor):
             if devices is not None:  # real GPUs: the container sees them as 0..k-1
                 env["SCHEDULEARN_HOST_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(devices)))
-            plans.append((w.node, list(w.argv), env, devices, False))
+            plans.append((w.node, _pin_rendezvous_host(list(w.argv), len(plans)), env, devices, False))
         if Launcher(spec.launcher) is Launcher.horovod and len(alloc) > 1:
             # horovodrun on the first host reaches the others over ssh: an sshd container on each
             # (the image must have sshd and the hosts' keys; see docs/docker.md)
@@ -701,6 +701,17 @@ class DockerExecutor(Executor):
         for w in workers:
             self._follow_thread(run, w)
         return run
+
+
+def _pin_rendezvous_host(argv: list[str], rank: int) -> list[str]:
+    """A multi-host torchrun worker: only the first host's agent runs the c10d store.
+
+    (torchrun guesses it from the endpoint's address; hosts sharing a machine would all guess
+    yes, and the store would live wherever the race put it.) Not in `launch.py`, which the local
+    executor shares: there is one host there."""
+    if "--rdzv-backend=c10d" not in argv:
+        return argv
+    return [f"{a},is_host={int(rank == 0)}" if a.startswith("--rdzv-conf=") else a for a in argv]
 
 
 def _lines_written(text: str, prefix: str) -> int:

@@ -15,7 +15,9 @@ keys and `~/.ssh/config` apply). Options after `?`:
   finds none the host has no GPUs (and says why in `DockerHost.error`).
 * `address=A` — how workers on other hosts reach this host's network (`network_mode=host`): the
   torchrun rendezvous endpoint and the Horovod `-H` list. Default: the url's hostname, or
-  `127.0.0.1` for `unix://`.
+  `127.0.0.1` for `unix://`. Several `unix://` hosts (daemons on one machine, as in the tests)
+  get 127.0.0.1, 127.0.0.2, ...: torchrun tells nodes apart by address and pid, and containers
+  on one machine can have equal pids.
 """
 
 from __future__ import annotations
@@ -133,6 +135,13 @@ def parse_hosts(config: str | Iterable[Any] | Mapping[str, str]) -> list[DockerH
                 f"docker_hosts: expected name=url (e.g. gpu1=unix:///var/run/docker.sock), got {item!r}")
     if not items:
         raise SpecError("docker_hosts: expected at least one name=url")
+    local = [h for h in items if h.url.startswith("unix://") and h.address == "127.0.0.1"]
+    taken = {h.address for h in items}
+    for n, h in enumerate(local[1:], start=2):  # distinct loopback addresses, see the module doc
+        while f"127.0.0.{n}" in taken:
+            n += 1
+        h.address = f"127.0.0.{n}"
+        taken.add(h.address)
     names = [h.name for h in items]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:

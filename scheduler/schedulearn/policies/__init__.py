@@ -10,10 +10,11 @@ from ..model import SpecError
 from .base import Policy, RoundContext, Want
 from .elastic_fifo import ElasticFifo
 from .fifo import Fifo
+from .goodput import Goodput
 from .las import LeastAttainedService
 from .round_robin import RoundRobin
 
-BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService)
+BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService, Goodput)
 ENTRY_POINT_GROUP = "schedulearn.policies"
 
 __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_classes"]

@@ -9,6 +9,7 @@ replay of 82k jobs costs O(log n) per event, not O(running jobs).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -47,6 +48,10 @@ def default_model(job: Job) -> JobModel:
     if spec.application is not None:
         from .apps import get_profile
 
+        if spec.adaptive_batch:  # the job may pick its own batch size when a policy lets it
+            from .adaptive import AdaptiveBatch
+
+            return AdaptiveBatch(get_profile(spec.application))
         return get_profile(spec.application)
     if spec.duration is None:
         raise ValueError(f"job {job.id}: a simulated job needs a duration or an application")
@@ -93,6 +98,7 @@ class SimExecutor(Executor):
         if model is None:
             model = job.extra["model"] = self.model(job)
         run = _Run(job, model, job.extra.get("progress", 0.0), now, now + self.restart_penalty)
+        job.extra["_progress"] = functools.partial(self.progress, job)  # for goodput estimates
         self.runs[job.id] = run
         self._plan(run)
 

@@ -94,14 +94,18 @@ def read_philly(path: Path, start: str | None = None, limit: int | None = None) 
 
 
 def read_workload(path: Path) -> list[TraceJob]:
+    """Pollux workload jobs: the user's GPU count and batch size (what rigid policies run), elastic
+    between 1 and Pollux's cap, batch size adaptive except ncf (pinned as in the Pollux runs)."""
+    from .apps import get_profile
     from .workload import read_workload as read
 
-    return [
-        TraceJob(w.submit_time,
-                 JobSpec(name=w.name, gpus=w.gpus, application=w.application, batch_size=w.batch_size),
-                 f"{path.name}:{i + 2}")
-        for i, w in enumerate(read(path))
-    ]
+    def spec(w) -> JobSpec:
+        app = get_profile(w.application)
+        cap = 1 if w.application == "ncf" else min(64, app.max_batch_size // app.min_local_bsz)
+        return JobSpec(name=w.name, gpus=w.gpus, application=w.application, batch_size=w.batch_size,
+                       min_gpus=1, max_gpus=max(cap, w.gpus), adaptive_batch=w.application != "ncf")
+
+    return [TraceJob(w.submit_time, spec(w), f"{path.name}:{i + 2}") for i, w in enumerate(read(path))]
 
 
 def load_trace(path: str | Path, start: str | None = None, limit: int | None = None) -> list[TraceJob]:

@@ -1,0 +1,108 @@
+"""Goodput: size every job for the most total (weighted) speed-up — the policy behind `--gpus auto`.
+
+Each round:
+1. *Admission*, in priority order — a queued job that has waited `starve_after` seconds first,
+   then Tiresias' two queues (under 16 GPU-hours of service, then the rest), first come first
+   served within each: every job gets its minimum while GPUs are left.
+2. *Sizing*: the GPUs left go, a step at a time, to the job whose value grows most per GPU (a step
+   may take several GPUs, so a job gets past a dip in its curve such as the first GPU on a second
+   node). A job's value at n GPUs is `weight · S(n)`: S is its speed-up (goodput on n GPUs over
+   goodput on one, `schedulearn.speedup`), the weight favours jobs with less work left
+   (`remaining ** -alpha`: its estimated seconds to finish on one GPU, or its attained GPU-seconds
+   plus an hour when the estimate cannot tell). For a running job every n other than its current
+   size is discounted by `restart_factor`: a resize is a checkpoint-restart, so it must pay for
+   its lost seconds.
+GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
+restart). Simulated jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to
+pick it themselves when they start or resize (`job.batch_size = None`, see `sim.adaptive`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..model import Job, JobState
+from ..speedup import ProfileEstimate, estimate_for, speedup_curve
+from .base import Policy, RoundContext, Want
+
+
+class Goodput(Policy):
+    name = "goodput"
+    description = "Sizes jobs (and batch sizes) for the most total goodput; restart-aware, starvation-free."
+    elastic = True
+    time_driven = True
+    restart_cost = 30.0  # seconds of progress a resize (checkpoint-restart) costs
+    hysteresis = 3.0  # a resize must pay for this many times its cost
+    alpha = 0.5  # how strongly less remaining work raises a job's weight
+    starve_after = 1800.0  # a queued job waiting this long is admitted first
+    threshold = 16 * 3600.0  # GPU-seconds of service: the second queue
+
+    def __init__(self) -> None:
+        self._curves: dict[int, tuple[object, list[float]]] = {}  # job id -> (what it depends on, S)
+        self._adapts: set[int] = set()  # simulated jobs whose batch size the job itself picks
+
+    def schedule(self, ctx: RoundContext) -> list[Want]:
+        now, left = ctx.now, ctx.capacity
+        per_node = max((len(n.gpus) for n in ctx.nodes if n.healthy), default=1)
+        order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
+        active = {j.id for j in order}
+        self._curves = {k: v for k, v in self._curves.items() if k in active}
+        self._adapts &= active
+        size: dict[Job, int] = {}
+        for job in order:  # 1. admission
+            if job.spec.min_size <= left:
+                size[job] = job.spec.min_size
+                left -= job.spec.min_size
+        value = {job: self.values(job, now, ctx.capacity, per_node) for job in size}
+        heap: list[tuple[float, int, Job, int]] = []
+
+        def push(job: Job) -> None:  # the job's best next step: most value per extra GPU
+            v, n = value[job], size[job]
+            steps = [((v[m] - v[n]) / (m - n), m) for m in range(n + 1, min(len(v) - 1, n + left) + 1)]
+            gain, m = max(steps, default=(0.0, n))
+            if gain > 1e-12:
+                heapq.heappush(heap, (-gain, job.id, job, m))
+
+        for job in size:
+            push(job)
+        while heap and left:  # 2. sizing by marginal value per GPU
+            _, _, job, m = heapq.heappop(heap)
+            if m - size[job] > left:
+                push(job)  # fewer GPUs left than that step needs: look again
+                continue
+            left -= m - size[job]
+            size[job] = m
+            push(job)
+        for job, n in size.items():
+            if n != job.size and job.id in self._adapts:
+                job.batch_size = None
+        return [(job, size[job]) for job in order if job in size]
+
+    def priority(self, job: Job, now: float) -> tuple:
+        starving = job.state is JobState.queued and now - job.since >= self.starve_after
+        return (not starving, job.attained(now) >= self.threshold, job.submit_time, job.id)
+
+    def values(self, job: Job, now: float, capacity: int, per_node: int) -> list[float]:
+        """The job's value at n = 0..its maximum GPUs."""
+        est = estimate_for(job, now)
+        if isinstance(est, ProfileEstimate) and job.spec.adaptive_batch:
+            self._adapts.add(job.id)
+        top = job.spec.max_size(capacity)
+        if est.max_gpus is not None:
+            top = max(job.spec.min_size, min(top, est.max_gpus))
+        key = (est.key, top, per_node)
+        cached = self._curves.get(job.id)
+        if cached is None or cached[0] != key or est.key is None:
+            cached = self._curves[job.id] = (key, speedup_curve(est, top, per_node))
+        remaining = est.remaining() if hasattr(est, "remaining") else job.attained(now) + 3600.0
+        w = max(remaining, 1.0) ** -self.alpha
+        if job.state is not JobState.running:
+            return [w * s for s in cached[1]]
+        keep = self.restart_factor(job, now)
+        return [w * s * (1.0 if n == job.size else keep) for n, s in enumerate(cached[1])]
+
+    def restart_factor(self, job: Job, now: float) -> float:
+        """What a resize leaves of a running job's value: (age - restarts·c) / (age + c), with
+        c = hysteresis · restart_cost — young and often-resized jobs are left alone."""
+        age, cost = now - job.submit_time, self.hysteresis * self.restart_cost
+        return max(age - job.restarts * cost, 0.0) / (age + cost)

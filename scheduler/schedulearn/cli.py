@@ -113,7 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = []
     for name in chosen:
         r = simulate(trace, nodes, name, interval=args.interval, tick=args.tick,
-                     restart_penalty=args.restart_penalty)
+                     restart_penalty=args.restart_penalty, record=bool(args.plot))
         results.append(r)
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",

@@ -23,6 +23,8 @@ class SimResult:
     rounds: int
     wall_s: float
     engine: Engine = field(repr=False)
+    #: with record=True: (time, job id, allocation) at every start, resize, stop and end
+    history: list[tuple[float, int, dict[str, list[int]]]] = field(default_factory=list, repr=False)
 
 
 def simulate(
@@ -35,6 +37,7 @@ def simulate(
     restart_penalty: float = 0.0,
     actions: list[tuple[float, Callable[[Engine], object]]] = (),
     executor: SimExecutor | None = None,
+    record: bool = False,
 ) -> SimResult:
     total = sum(len(n.gpus) for n in nodes)
     for tj in trace:
@@ -43,9 +46,18 @@ def simulate(
     clock = VirtualClock([(tj.submit_time, tj.spec) for tj in trace], interval, tick, list(actions))
     executor = executor or SimExecutor(restart_penalty=restart_penalty)
     engine = Engine(nodes, policy, executor=executor, clock=clock.now)
+    history: list = []
+    if record:  # allocation history for timelines (sim.plot); costs a job dict per event
+        def listen(event: dict) -> None:
+            job = event.get("job")
+            if job is not None and event["event"] != "submitted":
+                t = job["end_time"] if job["end_time"] is not None else clock.now()
+                history.append((t, job["id"], job["alloc"]))
+
+        engine.listeners.append(listen)
     began = time.perf_counter()
     asyncio.run(engine.run(clock))
     wall = time.perf_counter() - began
     jobs = list(engine.jobs.values())
     return SimResult(engine.policy.name, jobs, summarize(engine.policy.name, jobs, total),
-                     engine.rounds, wall, engine)
+                     engine.rounds, wall, engine, history)

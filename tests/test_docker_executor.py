@@ -365,3 +365,49 @@ def test_bad_configuration_is_refused_with_one_line(tmp_path):
         DockerExecutor("a=http://x", tmp_path)
     hosts = parse_hosts("a=ssh://me@gpu2?gpus=2,b=tcp://10.0.0.3:2376?address=10.9.9.9")
     assert [(h.name, h.gpus, h.address) for h in hosts] == [("a", 2, "gpu2"), ("b", None, "10.9.9.9")]
+
+
+def test_nvidia_smi_csv_and_loopback_addresses_of_local_hosts():
+    from schedulearn.executors.hosts import parse_nvidia_smi
+
+    out = ("0, GPU-1111, NVIDIA H100 80GB HBM3, 81559, 3, 17\n"
+           "1, GPU-2222, NVIDIA H100 80GB HBM3, 81559, [N/A], [N/A]\nNo devices were found\n")
+    gpus = parse_nvidia_smi(out)
+    got = [(g.index, g.uuid, g.memory_total_mb, g.memory_used_mb, g.utilization, g.virtual) for g in gpus]
+    assert got == [(0, "GPU-1111", 81559, 3, 17.0, False), (1, "GPU-2222", 81559, 0, 0.0, False)]
+    hosts = parse_hosts("a=unix:///a.sock,b=unix:///b.sock?address=127.0.0.2,c=unix:///c.sock,d=tcp://gpu4:2375")
+    assert [h.address for h in hosts] == ["127.0.0.1", "127.0.0.2", "127.0.0.3", "gpu4"]
+
+
+def test_multi_host_horovod_plan_starts_sshd_workers_and_a_horovodrun_on_the_first_host(tmp_path):
+    """The plan only: running it needs sshd in the image (see docs/docker.md)."""
+    from schedulearn.executors.launch import build_workers
+
+    ex = DockerExecutor("a=unix:///a.sock?gpus=2,b=unix:///b.sock?gpus=2", tmp_path, image="img")
+    spec = JobSpec(command=["python", "train.py"], launcher="horovod", gpus=4)
+    alloc = {"a": (0, 1), "b": (0, 1)}
+    workers = build_workers(spec, 7, alloc, tmp_path / "7", addresses={"a": "127.0.0.1", "b": "127.0.0.2"})
+    plans = ex._plans(spec, workers, alloc)
+    (h1, argv1, env1, dev1, side1), (h2, argv2, _env2, dev2, side2) = plans
+    assert (h1, side1, h2, side2) == ("a", False, "b", True)
+    assert argv1[argv1.index("-p") + 1] == "12345" and "127.0.0.1:2,127.0.0.2:2" in argv1
+    assert argv2 == ["/usr/sbin/sshd", "-D", "-e", "-p", "12345"]
+    assert env1["CUDA_VISIBLE_DEVICES"] == "0,1" and dev1 is None and dev2 is None  # virtual GPUs
+
+
+def test_real_gpus_are_requested_by_device_id_and_renumbered_inside(tmp_path):
+    import types
+
+    from schedulearn.executors.launch import build_workers
+    from schedulearn.model import Gpu, Node
+
+    ex = DockerExecutor("g=unix:///g.sock", tmp_path, image="img")
+    gpus = [Gpu(index=i, uuid=f"GPU-{i}", name="H100", virtual=False) for i in range(4)]
+    ex.engine = types.SimpleNamespace(nodes=[Node("g", gpus, virtual=False)])
+    spec = JobSpec(command=["python", "train.py"], gpus=2)
+    workers = build_workers(spec, 1, {"g": (2, 3)}, tmp_path / "1", nodes={"g": ex.engine.nodes[0]})
+    ((host, _argv, env, devices, _side),) = ex._plans(spec, workers, {"g": (2, 3)})
+    assert devices == ["2", "3"]  # device_requests by NVML index
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["SCHEDULEARN_HOST_GPUS"] == "2,3"
+    ex.use_uuids = True
+    assert ex._devices(ex.engine.nodes[0], (2, 3)) == ["GPU-2", "GPU-3"]

@@ -103,6 +103,7 @@ from __future__ import annotations
 import bisect
 import csv
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -384,9 +385,43 @@ class AppProfile:
 
 
 # ------------------------------------------------------------------ loading
+_COLUMNS = {  # file kind -> (integer columns, number columns)
+    "placements": (("local_bsz",), ("step_time", "sync_time")),
+    "scalability": (("num_nodes", "num_replicas", "local_bsz"), ("step_time", "sync_time")),
+    "validation": ((), ("progress", "grad_sqr", "grad_var")),
+}
+
+
 def _read_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """Rows of a profile CSV, checked: a missing file, column or malformed value raises a one-line
+    ValueError naming the file and line."""
+    ints, nums = _COLUMNS[path.stem.split("-")[0]]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ints + nums + (("placement",) if "placement" in path.stem else ())
+                       if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}:1: header: missing column {missing[0]!r}")
+            rows = []
+            for row in reader:
+                for col in ints + nums:
+                    text = (row.get(col) or "").strip()
+                    try:
+                        ok = int(text) >= 1 if col in ints else math.isfinite(float(text))
+                    except ValueError:
+                        ok = False
+                    if not ok:
+                        what = "an integer >= 1" if col in ints else "a number"
+                        raise ValueError(f"{path}:{reader.line_num}: {col}: expected {what}, got {text!r}")
+                pid = (row.get("placement") or "").strip() if "placement" in row else "1"
+                if not (pid.isdigit() and "0" not in pid):
+                    raise ValueError(f"{path}:{reader.line_num}: placement: expected GPUs per node as "
+                                     f"digits 1-9 (e.g. 22), got {pid!r}")
+                rows.append(row)
+            return rows
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the profile file ({e.strerror or e})") from None
 
 
 def _load_profile(folder: Path) -> AppProfile:
@@ -452,6 +487,8 @@ def _load_profile(folder: Path) -> AppProfile:
 @functools.lru_cache(maxsize=8)
 def _load_cached(root: str) -> dict[str, AppProfile]:
     folder = Path(root)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: no such profile folder")
     apps = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "placements.csv").is_file())
     if not apps:
         raise ValueError(f"{folder}: no application profiles (folders with placements.csv)")

@@ -38,6 +38,15 @@ def gpu_segments(result: SimResult) -> dict[tuple[str, int], list[tuple[float, f
 
 def plot_results(results: Sequence[SimResult], path: str | Path, gantt_policy: str | None = None) -> Path:
     """Write the figure to `path` (the format follows the suffix; PNG for `.png`)."""
+    fig = make_figure(results, gantt_policy)
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def make_figure(results: Sequence[SimResult], gantt_policy: str | None = None) -> plt.Figure:
+    """The figure: JCT CDF (top axes), GPU timeline (bottom axes)."""
     if not results:
         raise ValueError("results: expected at least one simulation result")
     names = [r.policy for r in results]
@@ -77,7 +86,4 @@ def plot_results(results: Sequence[SimResult], path: str | Path, gantt_policy: s
         title += " (no allocation history: simulate with record=True)"
     gantt.set_title(title)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig

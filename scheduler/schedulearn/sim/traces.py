@@ -5,6 +5,7 @@ The format is detected from the header. Errors are one line: `file:line: field: 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +27,8 @@ class TraceJob:
 def _num(where: str, field: str, text: str, kind=float, minimum=None, strict=False):
     try:
         value = kind(text)
+        if not math.isfinite(value):  # nan and inf parse as floats
+            raise ValueError
     except (TypeError, ValueError):
         what = "an integer" if kind is int else "a number"
         raise SpecError(f"{where}: {field}: expected {what}, got {text!r}") from None

@@ -1,0 +1,160 @@
+"""The CLI contract, through the real command (`python -m schedulearn`) in a subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from schedulearn import __version__, policies
+
+from tests.conftest import require
+from tests.test_sim_rigid import SMALL_FIFO_METRICS
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = str(ROOT / "tests" / "data" / "small-trace.csv")
+KEYS = ["policy", "jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
+        "gpu_utilization"]
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "scheduler"), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "schedulearn", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+def usage_error(*args: str) -> str:
+    p = cli(*args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def test_version():
+    p = cli("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"schedulearn {__version__}"
+
+
+def test_help_lists_commands_and_examples():
+    p = cli("--help")
+    assert p.returncode == 0
+    for word in ("policies", "simulate", "examples:", "schedulearn simulate"):
+        assert word in p.stdout
+    p = cli("simulate", "--help")
+    assert p.returncode == 0
+    for word in ("--policy", "--cluster", "--json", "--start", "--limit", "--interval", "--tick", "--plot",
+                 "examples:", "avg_jct_s"):
+        assert word in p.stdout
+
+
+def test_policies_json():
+    p = cli("policies", "--json")
+    assert p.returncode == 0
+    got = json.loads(p.stdout)
+    assert got == policies.available()
+    assert all(set(d) == {"name", "description"} and d["description"] for d in got)
+    assert [d["name"] for d in got][:4] == ["fifo", "elastic-fifo", "round-robin", "las"]
+
+
+def test_policies_table():
+    p = cli("policies")
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["policy", "description"]
+    assert any(line.startswith("las ") and "least attained service" in line for line in lines)
+
+
+def test_simulate_json_exact():
+    p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == [SMALL_FIFO_METRICS]
+    assert "simulate: fifo: 8 jobs" in p.stderr  # progress on stderr, not in the JSON
+
+
+def test_simulate_all_policies_json():
+    p = cli("simulate", SMALL, "--policy", "all", "--cluster", "2x4", "--json", "--quiet")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert [r["policy"] for r in got] == [d["name"] for d in policies.available()]
+    for r in got:
+        assert list(r) == KEYS and r["jobs"] == 8
+        assert 0 < r["gpu_utilization"] <= 1 and r["p50_jct_s"] <= r["p99_jct_s"]
+    assert p.stderr == ""
+    las = next(r for r in got if r["policy"] == "las")
+    assert las["avg_jct_s"] < SMALL_FIFO_METRICS["avg_jct_s"]  # small jobs pass the 8-GPU ones
+
+
+def test_simulate_several_policies_table():
+    p = cli("simulate", SMALL, "--policy", "fifo,las", "--cluster", "2x4")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "2 hosts, 8 GPUs"
+    assert lines[1].split()[:4] == ["policy", "jobs", "avg", "JCT"]
+    fifo = lines[2].split()
+    assert fifo[:3] == ["fifo", "8", "11,318"] and fifo[-1] == "78.1%"
+    assert lines[3].split()[0] == "las"
+    assert len({len(line) for line in lines[1:4]}) == 1  # aligned columns
+    assert p.stderr.count("\n") == 2  # one progress line per policy
+
+
+def test_simulate_interval_and_tick_options():
+    p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--json", "--interval", "600")
+    assert p.returncode == 0, p.stderr
+    slower = json.loads(p.stdout)[0]
+    assert slower["avg_jct_s"] > SMALL_FIFO_METRICS["avg_jct_s"]  # starts wait for a round
+
+
+def test_simulate_philly_start_and_limit(traces):
+    p = cli("simulate", str(traces / "philly.csv"), "--policy", "las", "--cluster", "4x8", "--json",
+            "--start", "2017-10-10 00:00:00", "--limit", "300")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[0]["jobs"] == 300
+
+
+def test_unknown_policy_lists_the_available_ones():
+    line = usage_error("simulate", SMALL, "--policy", "sjf", "--cluster", "2x4")
+    names = ", ".join(d["name"] for d in policies.available())
+    assert line == f"policy: unknown 'sjf'; available: {names}, all"
+
+
+def test_malformed_trace_names_file_line_and_field(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,submit_time,gpus,duration\na,0,1,10\nb,5,two,10\n")
+    assert usage_error("simulate", str(bad), "--policy", "fifo", "--cluster", "1x4") == \
+        "bad.csv:3: gpus: expected an integer, got 'two'"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("simulate", SMALL, "--policy", "fifo", "--cluster", "2by4"), "cluster: expected HxG"),
+    (("simulate", SMALL, "--policy", "fifo", "--cluster", "1x4"),
+     "small-trace.csv:3: gpus: at most 4 (the GPUs of the cluster), got 8"),
+    (("simulate", SMALL, "--cluster", "2x4"), "the following arguments are required: --policy"),
+    (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--limit", "0"),
+     "argument --limit: expected a positive number, got '0'"),
+    (("simulate", "nope.csv", "--policy", "fifo", "--cluster", "2x4"), "trace: no such file 'nope.csv'"),
+    (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--start", "2017-10-01"),
+     "--start: only for Philly traces"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+])
+def test_usage_errors_are_one_line_exit_2(args, expected):
+    assert expected in usage_error(*args)
+
+
+def test_no_command_prints_help_and_exits_2():
+    p = cli()
+    assert p.returncode == 2 and "usage: schedulearn" in p.stderr
+
+
+def test_plot(tmp_path):
+    require(importlib.util.find_spec("matplotlib") is not None, "matplotlib (the plot extra) is missing")
+    out = tmp_path / "jct.png"
+    p = cli("simulate", SMALL, "--policy", "fifo,las", "--cluster", "2x4", "--plot", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -33,11 +33,11 @@ export function waited(job: IJob, now: number): number {
 
 /** Seconds a job has run (server figure when given, else from its start and end). */
 export function ran(job: IJob, now: number): number | null {
+  if (job.start_time === null || job.start_time === undefined) {
+    return null; // never started (the server reports run_s = 0)
+  }
   if (job.run_s !== undefined && job.run_s !== null) {
     return job.run_s;
-  }
-  if (job.start_time === null) {
-    return null;
   }
   return Math.max(0, (job.end_time ?? now) - job.start_time);
 }
@@ -73,4 +73,12 @@ export function utilisationPercent(u: number | null | undefined): number {
 export function jobColour(id: number): string {
   const hue = (id * 137.508) % 360;
   return `hsl(${hue.toFixed(0)}, 60%, 55%)`;
+}
+
+/** A timeline span in hours, for its title: `6 h`, `1.5 h`, `30 min`. */
+export function formatSpan(hours: number): string {
+  if (hours < 1) {
+    return `${Math.round(hours * 60)} min`;
+  }
+  return `${Number(hours.toFixed(1))} h`;
 }

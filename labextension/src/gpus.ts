@@ -26,23 +26,26 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
       const job = held ? byId.get(gpu.job_id as number) : undefined;
       const util = utilisationPercent(gpu.utilization);
       const memPct = gpu.memory_total_mb > 0 ? (100 * gpu.memory_used_mb) / gpu.memory_total_mb : 0;
-      const memLabel =
-        gpu.memory_total_mb > 0
-          ? `${(gpu.memory_used_mb / 1024).toFixed(1)}/${(gpu.memory_total_mb / 1024).toFixed(0)} GiB`
-          : 'mem n/a';
+      const memLabel = `${(gpu.memory_used_mb / 1024).toFixed(1)}/${(gpu.memory_total_mb / 1024).toFixed(0)} GiB`;
       const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : 'idle';
+      const virtual = node.virtual || gpu.virtual;
       const card = h(
         'div',
         {
-          class: `jp-schedulearn-gpu${held ? ' jp-mod-busy' : ''}${node.virtual || gpu.virtual ? ' jp-mod-virtual' : ''}`,
+          class: `jp-schedulearn-gpu${held ? ' jp-mod-busy' : ''}${virtual ? ' jp-mod-virtual' : ''}`,
           'data-node': node.name,
           'data-index': gpu.index,
           'data-job-id': held ? gpu.job_id ?? undefined : undefined,
           title: `${node.name} GPU ${gpu.index}: ${gpu.name}${gpu.uuid ? ` (${gpu.uuid})` : ''}`
         },
-        h('div', { class: 'jp-schedulearn-gpu-title' }, `GPU ${gpu.index}`),
+        h(
+          'div',
+          { class: 'jp-schedulearn-gpu-title' },
+          h('span', {}, `GPU ${gpu.index}`),
+          h('span', { class: 'jp-schedulearn-gpu-kind' }, virtual ? 'virtual' : shortName(gpu.name))
+        ),
         meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
-        meter('jp-schedulearn-mem', memPct, memLabel),
+        gpu.memory_total_mb > 0 ? meter('jp-schedulearn-mem', memPct, memLabel) : null,
         h(
           'div',
           {
@@ -57,4 +60,9 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
     root.append(h('div', { class: 'jp-schedulearn-node', 'data-node': node.name }, header, grid));
   }
   return root;
+}
+
+/** `NVIDIA A100-SXM4-80GB` → `A100-SXM4-80GB`. */
+function shortName(name: string): string {
+  return name.replace(/^NVIDIA\s+/i, '').replace(/^GeForce\s+/i, '');
 }

@@ -1,4 +1,4 @@
-/** The jobs table: state, user, GPUs, waited, ran; Cancel and Logs actions. */
+/** The jobs table: state, user, GPUs, waited, ran (two lines a job); Cancel and Logs actions. */
 import { h } from './dom';
 import { formatAlloc, formatDuration, isFinal, jobColour, ran, requestedGpus, waited } from './format';
 import { IJob } from './types';
@@ -33,20 +33,11 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
   }
   const sorted = sortJobs(jobs);
   const shown = sorted.slice(0, limit);
-  const head = h(
-    'tr',
-    {},
-    ...['#', 'name', 'state', 'user', 'GPUs', 'waited', 'ran', ''].map(t => h('th', {}, t))
-  );
   const body = h('tbody', {});
   for (const job of shown) {
     const cancel = h(
       'button',
-      {
-        class: 'jp-schedulearn-cancel jp-mod-styled jp-mod-warn',
-        title: `Cancel job #${job.id}`,
-        disabled: isFinal(job.state)
-      },
+      { class: 'jp-schedulearn-cancel jp-mod-styled jp-mod-warn', title: `Cancel job #${job.id}` },
       'Cancel'
     );
     cancel.addEventListener('click', () => actions.cancel(job));
@@ -58,22 +49,37 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
     logs.addEventListener('click', () => actions.logs(job));
     const gpus = job.gpus > 0 ? String(job.gpus) : requestedGpus(job);
     const where = formatAlloc(job.alloc);
+    const r = ran(job, now);
+    const meta = [
+      job.user || '–',
+      `${gpus} GPU${gpus === '1' ? '' : 's'}`,
+      `waited ${formatDuration(waited(job, now))}`,
+      r === null ? null : `ran ${formatDuration(r)}`
+    ]
+      .filter(x => x !== null)
+      .join(' · ');
     body.append(
       h(
         'tr',
         { class: `jp-schedulearn-job jp-mod-${job.state}`, 'data-job-id': job.id, 'data-state': job.state },
-        h('td', { style: `border-left: 3px solid ${jobColour(job.id)}` }, String(job.id)),
-        h('td', { class: 'jp-schedulearn-job-name', title: job.reason || job.name }, job.name),
+        h(
+          'td',
+          { class: 'jp-schedulearn-job-main', style: `border-left: 3px solid ${jobColour(job.id)}` },
+          h(
+            'div',
+            { class: 'jp-schedulearn-job-title', title: job.reason ? `${job.name}: ${job.reason}` : job.name },
+            h('span', { class: 'jp-schedulearn-job-id' }, `#${job.id}`),
+            ' ',
+            h('span', { class: 'jp-schedulearn-job-name' }, job.name)
+          ),
+          h('div', { class: 'jp-schedulearn-job-meta', title: where ? `on ${where}` : undefined }, meta)
+        ),
         h('td', {}, h('span', { class: `jp-schedulearn-state jp-mod-${job.state}` }, job.state)),
-        h('td', {}, job.user || '–'),
-        h('td', { title: where || undefined }, gpus),
-        h('td', {}, formatDuration(waited(job, now))),
-        h('td', {}, formatDuration(ran(job, now))),
         h('td', { class: 'jp-schedulearn-actions' }, logs, isFinal(job.state) ? null : cancel)
       )
     );
   }
-  root.append(h('table', { class: 'jp-schedulearn-table' }, h('thead', {}, head), body));
+  root.append(h('table', { class: 'jp-schedulearn-table' }, body));
   if (sorted.length > shown.length) {
     root.append(h('div', { class: 'jp-schedulearn-more' }, `${sorted.length - shown.length} older jobs not shown`));
   }

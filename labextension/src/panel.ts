@@ -3,6 +3,7 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { h } from './dom';
+import { formatSpan } from './format';
 import { renderGpuGrid } from './gpus';
 import { IJobActions, renderJobsTable } from './jobs';
 import { SchedulearnModel } from './model';
@@ -89,7 +90,7 @@ export class SchedulearnPanel extends Widget {
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options));
     const hours = this._options.timelineHours;
-    this._timelineTitle.textContent = `GPU timeline (last ${hours} h)`;
+    this._timelineTitle.textContent = `GPU timeline (last ${formatSpan(hours)})`;
     const tl = computeBars(snap.nodes, snap.jobs, this.model.remembered, snap.now, hours * 3600);
     const width = this.node.clientWidth || 300;
     this._timeline.replaceChildren(renderTimeline(tl, width - 24));

@@ -116,15 +116,16 @@ export function renderTimeline(tl: ITimeline, width: number): SVGSVGElement {
   const root = svg('svg', { width: w, height: h, class: 'jp-schedulearn-timeline-svg' });
   const x = (t: number) => LABEL_W + ((t - tl.from) / Math.max(tl.to - tl.from, 1)) * plotW;
 
-  // Axis: five ticks with wall-clock times.
-  for (let i = 0; i <= 4; i++) {
-    const t = tl.from + ((tl.to - tl.from) * i) / 4;
+  // Axis: wall-clock ticks, as many as fit (2 to 5 intervals).
+  const n = Math.max(2, Math.min(5, Math.floor(plotW / 60)));
+  for (let i = 0; i <= n; i++) {
+    const t = tl.from + ((tl.to - tl.from) * i) / n;
     const tx = x(t);
     root.appendChild(svg('line', { x1: tx, x2: tx, y1: AXIS_H - 3, y2: h, class: 'jp-schedulearn-tick' }));
     const label = svg('text', {
       x: tx,
       y: AXIS_H - 5,
-      'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle',
+      'text-anchor': i === 0 ? 'start' : i === n ? 'end' : 'middle',
       class: 'jp-schedulearn-tick-label'
     });
     label.textContent = clock(t);

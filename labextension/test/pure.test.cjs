@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, waited, ran, utilisationPercent, requestedGpus } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus } = require('../build-test/format.js');
 const { computeBars } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -26,6 +26,7 @@ test('waited and ran', () => {
   assert.equal(waited(job({}), 1010), 10);
   assert.equal(waited(job({ start_time: 1004 }), 2000), 4);
   assert.equal(ran(job({}), 1010), null);
+  assert.equal(ran(job({ run_s: 0 }), 1010), null);
   assert.equal(ran(job({ start_time: 1004 }), 1010), 6);
   assert.equal(ran(job({ start_time: 1004, end_time: 1005 }), 1010), 1);
   assert.equal(ran(job({ start_time: 1004, run_s: 3.5 }), 1010), 3.5);
@@ -39,6 +40,9 @@ test('formatAlloc, requestedGpus, utilisationPercent', () => {
   assert.equal(utilisationPercent(73), 73);
   assert.equal(utilisationPercent(250), 100);
   assert.equal(utilisationPercent(undefined), 0);
+  assert.equal(formatSpan(6), '6 h');
+  assert.equal(formatSpan(1.25), '1.3 h');
+  assert.equal(formatSpan(0.05), '3 min');
 });
 
 test('computeBars: rows per GPU, bars clipped to the span, remembered allocations used', () => {

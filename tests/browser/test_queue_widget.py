@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import LabServer, open_lab, open_notebook
+from .conftest import LabServer, open_lab
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +26,14 @@ def write_notebook(server: LabServer, name: str, sources: list[str]) -> None:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
     nbformat.write(nb, server.root / name)
+
+
+def open_notebook(page: Any, name: str) -> None:
+    """Opens `name` and waits for *its* panel (a restored workspace may hold hidden others)."""
+    page.evaluate("(p) => window.jupyterapp.commands.execute('docmanager:open', {path: p})", name)
+    page.wait_for_selector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook', timeout=60_000)
+    page.wait_for_function(
+        "(p) => window.jupyterapp.shell.currentWidget?.context?.path === p", arg=name, timeout=60_000)
 
 
 def wait_until(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
@@ -46,7 +54,7 @@ def test_queue_widget_renders_and_its_dropdown_switches_the_policy(
     write_notebook(lab_server, "queue.ipynb", ["%schedulearn queue"])
     page = open_lab(browser, lab_server)
     try:
-        open_notebook(page, lab_server, "queue.ipynb")
+        open_notebook(page, "queue.ipynb")
         page.wait_for_selector(".jp-NotebookPanel .jp-mod-idle, .jp-Notebook-ExecutionIndicator",
                                timeout=60_000)
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
@@ -79,3 +87,37 @@ def test_queue_widget_renders_and_its_dropdown_switches_the_policy(
     finally:
         page.context.close()
         lab_server.api("PUT", "policy", {"policy": "fifo"})
+
+
+def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabServer, shot: Any) -> None:
+    """A waiting `%%schedulearn` cell shows the job widget; clicking its Cancel button in the
+    page cancels the job while the cell is still waiting (the kernel's loop is not blocked)."""
+    write_notebook(lab_server, "cancel.ipynb", [
+        "%%schedulearn --name browser-cancel\nimport time\nprint('started', flush=True)\ntime.sleep(120)"])
+    page = open_lab(browser, lab_server)
+    try:
+        open_notebook(page, "cancel.ipynb")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        widget = page.locator(".schedulearn-job")
+        widget.wait_for(state="visible", timeout=60_000)
+
+        def running() -> dict | None:
+            _, jobs = lab_server.api("GET", "jobs")
+            mine = [j for j in jobs["jobs"] if j["name"] == "browser-cancel"]
+            return mine[-1] if mine and mine[-1]["state"] == "running" else None
+
+        try:
+            job = wait_until(running, what="the job to run")
+        except AssertionError:
+            shot(page, "job-widget-debug")
+            raise AssertionError(f"{lab_server.api('GET', 'jobs')[1]}") from None
+        page.locator(".schedulearn-job .schedulearn-state", has_text="running").wait_for(timeout=30_000)
+        page.locator(".schedulearn-job pre", has_text="started").wait_for(timeout=30_000)
+        shot(page, "job-widget-running", widget)
+        page.locator(".schedulearn-job button", has_text="Cancel").click()
+        lab_server.wait_job(job["id"], {"cancelled"}, timeout=30)
+        page.locator(".schedulearn-job .schedulearn-state", has_text="cancelled").wait_for(timeout=30_000)
+        # The cell ended with the one-line error (JobFailed ... cancelled).
+        page.locator(".jp-OutputArea-output", has_text="JobFailed").wait_for(timeout=30_000)
+    finally:
+        page.context.close()

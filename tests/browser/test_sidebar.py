@@ -1,0 +1,249 @@
+"""The Schedulearn sidebar in real Chromium against a real `jupyter lab` with the server extension:
+GPUs shown, a real job followed queued → running → succeeded, policy switched both ways, a running
+job cancelled from the panel, log view, palette commands, and the message when the extension is off.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from .conftest import LabServer, browser_requirements, open_lab
+
+pytestmark = pytest.mark.slow
+
+PANEL = "#schedulearn-sidebar"
+PLUGIN = "schedulearn-labextension:plugin"
+SLEEP_JOB = "import time; time.sleep({s}); print('hi')"
+
+
+def open_sidebar(page: Any) -> Any:
+    """Clicks the sidebar's tab, unless the restored layout already shows the panel."""
+    panel = page.locator(PANEL)
+    if not panel.is_visible():
+        page.click('.jp-SideBar .lm-TabBar-tab[data-id="schedulearn-sidebar"]')
+    panel.wait_for(state="visible")
+    return panel
+
+
+def row(page: Any, job_id: int) -> Any:
+    return page.locator(f'{PANEL} tr.jp-schedulearn-job[data-job-id="{job_id}"]')
+
+
+def submit(server: LabServer, name: str, seconds: float, gpus: int = 1) -> int:
+    status, job = server.api("POST", "jobs", {"name": name, "script": SLEEP_JOB.format(s=seconds),
+                                              "gpus": gpus})
+    assert status == 201, job
+    return job["id"]
+
+
+def record_states(page: Any, job_id: int) -> None:
+    """Records every state the panel shows for `job_id` (window.__states[job_id])."""
+    page.evaluate(
+        """(id) => {
+            window.__states = window.__states || {};
+            const seen = window.__states[id] = [];
+            const panel = document.querySelector('#schedulearn-sidebar');
+            const look = () => {
+                const tr = panel.querySelector(`tr.jp-schedulearn-job[data-job-id="${id}"]`);
+                const s = tr && tr.dataset.state;
+                if (s && seen[seen.length - 1] !== s) seen.push(s);
+            };
+            look();
+            new MutationObserver(look).observe(panel, {subtree: true, childList: true, attributes: true});
+        }""",
+        job_id,
+    )
+
+
+def wait_until(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_sidebar_shows_the_virtual_gpus(lab_page: Any, lab_server: LabServer, shot: Any) -> None:
+    panel = open_sidebar(lab_page)
+    cards = panel.locator(".jp-schedulearn-gpu")
+    cards.first.wait_for()
+    _, gpus = lab_server.api("GET", "gpus")
+    expected = [(n["name"], g["index"]) for n in gpus["nodes"] for g in n["gpus"]]
+    assert len(expected) == 4
+    shown = [(c.get_attribute("data-node"), int(c.get_attribute("data-index"))) for c in cards.all()]
+    assert shown == expected
+    assert panel.locator(".jp-schedulearn-node .jp-schedulearn-badge", has_text="virtual").count() == 1
+    assert panel.locator(".jp-schedulearn-banner").is_hidden()
+    _, policy = lab_server.api("GET", "policy")
+    assert panel.locator("select.jp-schedulearn-policy").input_value() == policy["policy"]
+    shot(lab_page, "sidebar-gpus", panel)
+
+
+def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_server: LabServer,
+                                                         shot: Any) -> None:
+    panel = open_sidebar(lab_page)
+    panel.locator(".jp-schedulearn-gpu").first.wait_for()
+    blocker = submit(lab_server, "blocker", 4, gpus=4)  # holds every GPU: the next job must queue
+    lab_server.wait_job(blocker, {"running"})
+    job = submit(lab_server, "t", 3)
+    record_states(lab_page, job)
+    # While it runs, the GPU grid names it on the GPU it holds.
+    lab_page.locator(f'{PANEL} .jp-schedulearn-gpu[data-job-id="{job}"]').wait_for(timeout=60_000)
+    row(lab_page, job).and_(lab_page.locator('[data-state="succeeded"]')).wait_for(timeout=60_000)
+    states = lab_page.evaluate("(id) => window.__states[id]", job)
+    assert states == ["queued", "running", "succeeded"], states
+    assert lab_server.api("GET", f"jobs/{job}")[1]["state"] == "succeeded"
+    # The timeline has a bar for the job on the GPU it used.
+    bar = panel.locator(f'.jp-schedulearn-bar[data-job-id="{job}"]')
+    bar.first.wait_for()
+    assert bar.first.get_attribute("data-row").startswith(gpu_row_prefix(lab_server))
+    # Logs: the log view follows the job and shows its output.
+    row(lab_page, job).locator("button.jp-schedulearn-logs").click()
+    log = lab_page.locator(f"#schedulearn-log-{job} pre.jp-schedulearn-log")
+    log.wait_for()
+    lab_page.wait_for_function(
+        "(id) => document.querySelector(`#schedulearn-log-${id} pre`)?.textContent.includes('hi')", arg=job)
+    status = lab_page.locator(f"#schedulearn-log-{job} .jp-schedulearn-logview-status")
+    lab_page.wait_for_function(
+        "(id) => document.querySelector(`#schedulearn-log-${id} .jp-schedulearn-logview-status`)"
+        "?.dataset.state === 'succeeded'", arg=job)
+    assert "succeeded" in status.inner_text()
+    shot(lab_page, "job-log")
+
+
+def gpu_row_prefix(server: LabServer) -> str:
+    _, gpus = server.api("GET", "gpus")
+    return gpus["nodes"][0]["name"] + ":"
+
+
+def test_policy_switched_from_the_panel_and_followed_from_elsewhere(lab_page: Any,
+                                                                    lab_server: LabServer) -> None:
+    panel = open_sidebar(lab_page)
+    select = panel.locator("select.jp-schedulearn-policy")
+    _, current = lab_server.api("GET", "policy")
+    _, policies = lab_server.api("GET", "policies")
+    names = [p["name"] for p in policies]
+    assert len(names) >= 2, names
+    wait_until(lambda: select.input_value() == current["policy"], what="the panel's policy")
+    options = [o.get_attribute("value") for o in select.locator("option").all()]
+    assert options == names
+    target = next(n for n in names if n != current["policy"])
+    select.select_option(target)
+    wait_until(lambda: lab_server.api("GET", "policy")[1]["policy"] == target, what=f"policy {target}")
+    # Changed elsewhere (REST): the panel follows.
+    other = next(n for n in names if n != target)
+    status, body = lab_server.api("PUT", "policy", {"policy": other})
+    assert status == 200, body
+    wait_until(lambda: select.input_value() == other, what=f"the panel to show {other}")
+    assert select.get_attribute("data-policy") == other
+
+
+def test_cancel_a_running_job_from_the_panel(lab_page: Any, lab_server: LabServer) -> None:
+    open_sidebar(lab_page)
+    job = submit(lab_server, "long", 120)
+    lab_server.wait_job(job, {"running"})
+    r = row(lab_page, job)
+    r.and_(lab_page.locator('[data-state="running"]')).wait_for(timeout=30_000)
+    r.locator("button.jp-schedulearn-cancel").click()
+    dialog = lab_page.locator(".jp-Dialog")
+    dialog.wait_for()
+    assert f"#{job}" in dialog.inner_text()
+    dialog.locator("button.jp-mod-accept").click()
+    done = lab_server.wait_job(job, {"cancelled", "failed", "succeeded"}, timeout=30)
+    assert done["state"] == "cancelled", done
+    r.and_(lab_page.locator('[data-state="cancelled"]')).wait_for(timeout=30_000)
+    assert r.locator("button.jp-schedulearn-cancel").count() == 0
+
+
+def test_keep_it_leaves_the_job_running(lab_page: Any, lab_server: LabServer) -> None:
+    open_sidebar(lab_page)
+    job = submit(lab_server, "kept", 120)
+    lab_server.wait_job(job, {"running"})
+    r = row(lab_page, job)
+    r.and_(lab_page.locator('[data-state="running"]')).wait_for(timeout=30_000)
+    r.locator("button.jp-schedulearn-cancel").click()
+    lab_page.locator(".jp-Dialog button", has_text="Keep it").click()
+    time.sleep(1.0)
+    assert lab_server.api("GET", f"jobs/{job}")[1]["state"] == "running"
+    assert lab_server.api("DELETE", f"jobs/{job}")[0] == 200
+
+
+def test_palette_commands(lab_page: Any, lab_server: LabServer) -> None:
+    commands = lab_page.evaluate(
+        "() => window.jupyterapp.commands.listCommands().filter(c => c.startsWith('schedulearn:'))")
+    assert set(commands) >= {"schedulearn:open", "schedulearn:refresh", "schedulearn:set-policy",
+                             "schedulearn:cancel-job", "schedulearn:show-logs"}
+    _, policies = lab_server.api("GET", "policies")
+    _, current = lab_server.api("GET", "policy")
+    target = next(p["name"] for p in policies if p["name"] != current["policy"])
+    lab_page.evaluate(
+        "(p) => window.jupyterapp.commands.execute('schedulearn:set-policy', {policy: p})", target)
+    assert lab_server.api("GET", "policy")[1]["policy"] == target
+    labels = lab_page.evaluate(
+        "(ids) => ids.map(id => window.jupyterapp.commands.label(id))", sorted(commands))
+    assert all(label.startswith("Schedulearn: ") for label in labels), labels
+    lab_page.evaluate("() => window.jupyterapp.commands.execute('schedulearn:open')")
+    lab_page.locator(PANEL).wait_for(state="visible")
+
+
+def test_settings_schema_refuses_bad_values(lab_server: LabServer) -> None:
+    assert lab_server.put_settings(PLUGIN, {"timelineHours": -1}) == 400
+    assert lab_server.put_settings(PLUGIN, {"refreshInterval": "often"}) == 400
+    assert lab_server.put_settings(PLUGIN, {"nope": 1}) == 400
+
+
+def test_sidebar_screenshot_for_the_docs(browser: Any, lab_server: LabServer, shot: Any) -> None:
+    """A busy scheduler for the README picture: running, queued and finished jobs; the timeline
+    span comes from the settings (saved through JupyterLab's settings API)."""
+    assert lab_server.put_settings(PLUGIN, {"timelineHours": 0.1, "refreshInterval": 2}) == 204
+    lab_page = open_lab(browser, lab_server)
+    panel = open_sidebar(lab_page)
+    panel.locator(".jp-schedulearn-timeline-section h3", has_text="last 6 min").wait_for()
+    widen_left_area(lab_page, 420)
+    running = [submit(lab_server, "resnet50", 120, gpus=2), submit(lab_server, "bert-base", 120)]
+    queued = submit(lab_server, "gpt-small", 120, gpus=2)
+    for j in running:
+        lab_server.wait_job(j, {"running"})
+    row(lab_page, queued).wait_for()
+    lab_page.locator(f'{PANEL} .jp-schedulearn-gpu[data-job-id="{running[0]}"]').first.wait_for()
+    time.sleep(3)  # a few seconds of running bars on the timeline
+    lab_page.locator(f'{PANEL} .jp-schedulearn-bar[data-job-id="{running[1]}"]').wait_for()
+    shot(lab_page, "sidebar", panel)
+    shot(lab_page, "jupyterlab-with-sidebar")
+    for j in [*running, queued]:
+        lab_server.api("DELETE", f"jobs/{j}")
+    lab_page.context.close()
+    assert lab_server.put_settings(PLUGIN, {}) == 204
+
+
+def widen_left_area(page: Any, width: int) -> None:
+    """Drags the handle between the left sidebar and the main area to make the sidebar `width` px."""
+    box = page.locator(PANEL).bounding_box()
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    hb = handle.bounding_box()
+    y = hb["y"] + hb["height"] / 2
+    page.mouse.move(hb["x"] + hb["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(hb["x"] + hb["width"] / 2 + (width - box["width"]), y, steps=5)
+    page.mouse.up()
+
+
+def test_message_when_the_server_extension_is_missing(browser: Any, tmp_path: Any,
+                                                      lab_traits: dict, shot: Any) -> None:
+    browser_requirements()
+    server = LabServer(tmp_path / "lab-off", lab_traits, enable_schedulearn=False).start()
+    try:
+        page = open_lab(browser, server)
+        panel = open_sidebar(page)
+        banner = panel.locator(".jp-schedulearn-banner.jp-mod-missing")
+        banner.wait_for(timeout=30_000)
+        assert "server extension is not enabled" in banner.inner_text()
+        shot(page, "sidebar-extension-missing", panel)
+        page.context.close()
+    finally:
+        server.stop()

@@ -126,6 +126,25 @@ def discover_nodes(settings: Settings) -> list[Node]:
     return [Node.virtual_node(_host_name(h), settings.virtual_gpus) for h in hosts]
 
 
+def docker_hosts(settings: Settings) -> list[str]:
+    """`docker_hosts` as the Docker executor takes them (`name=url[?gpus=N]`): a bare URL is
+    named after its host, `virtual_gpus` becomes `?gpus=N` where a host declares none, and no
+    hosts at all means this machine's daemon."""
+    hosts = list(settings.docker_hosts) or [f"{_safe_name(settings.node_name)}=unix:///var/run/docker.sock"]
+    out = []
+    for h in hosts:
+        if "=" not in h.split("?", 1)[0]:
+            h = f"{_safe_name(_host_name(h).split(':')[0]) or 'docker'}={h}"
+        if settings.virtual_gpus > 0 and "gpus=" not in h.split("?", 1)[-1]:
+            h += ("&" if "?" in h else "?") + f"gpus={settings.virtual_gpus}"
+        out.append(h)
+    return out
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-._")[:63]
+
+
 def _host_name(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0] or url
 
@@ -138,12 +157,13 @@ def make_executor(settings: Settings) -> Any:
             from schedulearn.executors.docker import DockerExecutor
         except ImportError as e:
             raise SpecError(f"executor: 'docker' is not available here ({e})") from None
-        return _construct(DockerExecutor, settings)
+        return DockerExecutor(docker_hosts(settings), settings.job_root, image=settings.default_image or None,
+                              cancel_grace=settings.cancel_grace)
     try:
         from schedulearn.executors.local import LocalExecutor
     except ImportError as e:
         raise SpecError(f"executor: 'local' is not available here ({e})") from None
-    return _construct(LocalExecutor, settings)
+    return LocalExecutor(settings.job_root, settings.cancel_grace)
 
 
 def _sim_executor() -> Any:
@@ -160,22 +180,6 @@ def _sim_executor() -> Any:
         return RigidModel(1.0, job.spec.requested)
 
     return SimExecutor(model=model)
-
-
-def _construct(cls: type, settings: Settings) -> Any:
-    params = inspect.signature(cls).parameters
-    kwargs: dict[str, Any] = {}
-    for name, value in (
-        ("job_root", settings.job_root),
-        ("cancel_grace", settings.cancel_grace),
-        ("hosts", settings.docker_hosts),
-        ("docker_hosts", settings.docker_hosts),
-        ("default_image", settings.default_image or None),
-        ("image", settings.default_image or None),
-    ):
-        if name in params and value is not None:
-            kwargs[name] = value
-    return cls(**kwargs)
 
 
 def make_store(url: str) -> Any:
@@ -272,7 +276,7 @@ class SchedulerManager:
         self.store = store if store is not None else (make_store(settings.store_url) if settings.store_url
                                                       else None)
         self.executor = executor if executor is not None else make_executor(settings)
-        self.nodes = nodes if nodes is not None else discover_nodes(settings)
+        self.nodes = nodes if nodes is not None else self.discover()
         self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
         self.hub = EventHub()
         self.engine.listeners.append(self._on_engine_event)
@@ -303,11 +307,18 @@ class SchedulerManager:
                 log.exception("schedulearn: the round loop failed; restarting it")
                 await asyncio.sleep(self.settings.tick)
 
+    def discover(self) -> list[Node]:
+        """The nodes: the Docker executor's hosts, or this host's GPUs (NVML or virtual)."""
+        from_executor = getattr(self.executor, "nodes", None)
+        if callable(from_executor):
+            return list(from_executor())
+        return discover_nodes(self.settings)
+
     async def _refresh_inventory(self) -> None:
         while True:
             await asyncio.sleep(self.settings.inventory_interval)
             try:  # NVML calls block: read in a thread, apply on the loop
-                nodes = await asyncio.to_thread(discover_nodes, self.settings)
+                nodes = await asyncio.to_thread(self.discover)
                 self.refresh_inventory(nodes)
             except Exception:
                 log.exception("schedulearn: inventory refresh failed")
@@ -315,7 +326,7 @@ class SchedulerManager:
     def refresh_inventory(self, nodes: list[Node] | None = None) -> None:
         """Apply a fresh inventory: a changed GPU set replaces the engine's nodes, changed
         figures (memory, utilisation) are updated in place; either is pushed as an event."""
-        nodes = discover_nodes(self.settings) if nodes is None else nodes
+        nodes = self.discover() if nodes is None else nodes
         if _shape(nodes) != _shape(self.engine.nodes):
             self.engine.set_nodes(nodes)  # the engine emits an inventory event
             return

@@ -164,3 +164,17 @@ def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
     with pytest.raises(TraitError) as e:
         getattr(app, name.lower())
     assert str(e.value) == error
+
+
+def test_docker_hosts_as_the_docker_executor_takes_them():
+    from schedulearn_jupyter.manager import docker_hosts
+
+    assert docker_hosts(Settings(node_name="box")) == ["box=unix:///var/run/docker.sock"]
+    assert docker_hosts(Settings(node_name="box", virtual_gpus=2)) == ["box=unix:///var/run/docker.sock?gpus=2"]
+    got = docker_hosts(Settings(docker_hosts=["tcp://10.0.0.3:2376", "gpu2=ssh://me@gpu2?gpus=8",
+                                              "gpu3=tcp://h:1?address=10.0.0.9"], virtual_gpus=4))
+    assert got == ["10.0.0.3=tcp://10.0.0.3:2376?gpus=4", "gpu2=ssh://me@gpu2?gpus=8",
+                   "gpu3=tcp://h:1?address=10.0.0.9&gpus=4"]
+    from schedulearn.executors.hosts import parse_hosts
+
+    assert [h.name for h in parse_hosts(got)] == ["10.0.0.3", "gpu2", "gpu3"]

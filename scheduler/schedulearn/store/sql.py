@@ -13,6 +13,9 @@ Every write is one transaction: it commits whole or raises `StoreError` and leav
 `with store.transaction():` groups several writes into one (all or nothing).
 SQLite runs in WAL mode with `synchronous=NORMAL`, a busy timeout and foreign keys on (set on
 each new connection), with real `BEGIN`s (the sqlite3 module's implicit transactions are off).
+PostgreSQL: a write that finds its connection dropped (a server restart) reconnects and runs
+once more; a slow-fsync server can take `?options=-csynchronous_commit%3Doff` in the URL (the
+last few commits may be lost if the server crashes; the database stays consistent).
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def estimate_for(job: Job, now: float) -> ProfileEstimate | FittedEstimate | Lin
         progress = progress_fn(now) if progress_fn else job.extra.get("progress", 0.0)
         fixed = None if spec.adaptive_batch else job.batch_size or spec.batch_size or profile.init_batch_size
         return ProfileEstimate(profile, progress, fixed)
-    if model is not None:  # another simulated job model (a rigid run time): speeds up linearly
+    if model is not None or spec.duration is not None:  # a simulated rigid run time: linear speed-up
         return LinearEstimate(None)
     obs = job.extra.get(REPORTS_KEY) or []
     trusted = max(spec.min_size, 2 * max((int(o[0]) for o in obs), default=0))

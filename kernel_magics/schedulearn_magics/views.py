@@ -48,8 +48,15 @@ def queue_position(job: dict[str, Any], queued: list[dict[str, Any]]) -> int | N
 
 
 def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
+    head = f"job {job.get('id')} {job.get('name', '')!r}: {job.get('state', '?')}"
+    detail = status_detail(job, position, now)
+    return f"{head}, {detail}" if detail else head
+
+
+def status_detail(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
+    """Queue position and wait, or GPUs and run time, and the reason of a failure."""
     state = job.get("state", "?")
-    parts = [f"job {job.get('id')} {job.get('name', '')!r}: {state}"]
+    parts: list[str] = []
     if state == "queued":
         if position is not None:
             parts.append(f"position {position} in the queue")

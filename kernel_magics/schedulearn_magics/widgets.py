@@ -121,7 +121,7 @@ def _job_widget_class() -> type:
             self.header.value = (
                 f"<b>job {job.get('id')}</b> {html.escape(str(job.get('name', '')))} — "
                 f"<span class='schedulearn-state' style='color:{colour}'>{self.state}</span> "
-                f"<span>{html.escape(views.status_line(job, position, now).split(': ', 1)[-1])}</span>"
+                f"<span>{html.escape(views.status_detail(job, position, now))}</span>"
             )
             if logs is not None:
                 self.log_tail = "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
@@ -251,7 +251,7 @@ def _queue_widget_class() -> type:
                 return
             try:
                 self.client.set_policy(change["new"])
-                self.message.value = f"<span>policy: {html.escape(change['new'])}</span>"
+                self.message.value = f"<span>switched to {html.escape(change['new'])}</span>"
             except Exception as e:
                 self.message.value = f"<span style='color:#dc322f'>{html.escape(str(e))}</span>"
                 self._set_dropdown(change["old"])

@@ -97,7 +97,8 @@ def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabSe
     page = open_lab(browser, lab_server)
     try:
         open_notebook(page, "cancel.ipynb")
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # Not awaited: the command's promise settles only when the cell has finished.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         widget = page.locator(".schedulearn-job")
         widget.wait_for(state="visible", timeout=60_000)
 
@@ -106,11 +107,7 @@ def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabSe
             mine = [j for j in jobs["jobs"] if j["name"] == "browser-cancel"]
             return mine[-1] if mine and mine[-1]["state"] == "running" else None
 
-        try:
-            job = wait_until(running, what="the job to run")
-        except AssertionError:
-            shot(page, "job-widget-debug")
-            raise AssertionError(f"{lab_server.api('GET', 'jobs')[1]}") from None
+        job = wait_until(running, what="the job to run")
         page.locator(".schedulearn-job .schedulearn-state", has_text="running").wait_for(timeout=30_000)
         page.locator(".schedulearn-job pre", has_text="started").wait_for(timeout=30_000)
         shot(page, "job-widget-running", widget)

@@ -34,6 +34,7 @@ class Goodput(Policy):
     restart_cost = 30.0  # seconds of progress a resize (checkpoint-restart) costs
     hysteresis = 3.0  # a resize must pay for this many times its cost
     alpha = 0.5  # how strongly less remaining work raises a job's weight
+    use_remaining = True  # weigh by the estimate's remaining work where it has one (simulation)
     starve_after = 1800.0  # a queued job waiting this long is admitted first
     threshold = 16 * 3600.0  # GPU-seconds of service: the second queue
 
@@ -94,7 +95,10 @@ class Goodput(Policy):
         cached = self._curves.get(job.id)
         if cached is None or cached[0] != key or est.key is None:
             cached = self._curves[job.id] = (key, speedup_curve(est, top, per_node))
-        remaining = est.remaining() if hasattr(est, "remaining") else job.attained(now) + 3600.0
+        if self.use_remaining and hasattr(est, "remaining"):
+            remaining = est.remaining()
+        else:  # no estimate of the work left: what a job has had predicts what it needs
+            remaining = job.attained(now) + 3600.0
         w = max(remaining, 1.0) ** -self.alpha
         if job.state is not JobState.running:
             return [w * s for s in cached[1]]

@@ -149,11 +149,15 @@ class DockerExecutor(Executor):
 
     # -- inventory -------------------------------------------------------------------------------
     def nodes(self, probe_image: str | None = None) -> list[Node]:
-        """The engine's nodes: one per host, GPUs declared (virtual) or discovered (real)."""
+        """The engine's nodes: one per host, GPUs declared (virtual) or discovered (real: a probe
+        container per host and call), a host that does not answer marked unhealthy."""
         nodes = host_nodes(self.hosts.values(), probe_image or self.image)
-        for n in nodes:
-            if not n.healthy:
-                self._down[n.name] = self.hosts[n.name].error or "unreachable"
+        with self._lock:
+            for n in nodes:
+                if n.healthy:
+                    self._down.pop(n.name, None)
+                else:
+                    self._down[n.name] = self.hosts[n.name].error or "unreachable"
         return nodes
 
     def bind(self, engine: Any) -> None:

@@ -57,10 +57,10 @@ class DockerHost:
         return self.gpus is not None
 
     def client(self, timeout: float | None = 30.0, pool: int = 10) -> Any:
-        """A docker SDK client for this host (nothing is sent until it is used)."""
+        """A docker SDK client for this host (asks the daemon its API version: raises when down)."""
         import docker
 
-        return docker.DockerClient(base_url=self.url, version="1.41", timeout=timeout,
+        return docker.DockerClient(base_url=self.url, version="auto", timeout=timeout,
                                    use_ssh_client=self.url.startswith("ssh://"), max_pool_size=pool)
 
     def to_node(self, healthy: bool = True) -> Node:

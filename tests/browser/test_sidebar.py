@@ -247,3 +247,23 @@ def test_message_when_the_server_extension_is_missing(browser: Any, tmp_path: An
         page.context.close()
     finally:
         server.stop()
+
+
+def test_message_when_the_server_is_unreachable(browser: Any, tmp_path: Any, lab_traits: dict) -> None:
+    browser_requirements()
+    server = LabServer(tmp_path / "lab-gone", lab_traits).start()
+    try:
+        page = open_lab(browser, server)
+        panel = open_sidebar(page)
+        panel.locator(".jp-schedulearn-gpu").first.wait_for()
+        assert panel.locator(".jp-schedulearn-banner").is_hidden()
+        server.stop()
+        banner = panel.locator(".jp-schedulearn-banner.jp-mod-unreachable")
+        banner.wait_for(timeout=30_000)
+        assert "Cannot reach the Jupyter server" in banner.inner_text()
+        # The last known state stays on screen, marked stale.
+        assert panel.locator(".jp-schedulearn-gpu").count() == 4
+        assert "jp-mod-stale" in (panel.get_attribute("class") or "")
+        page.context.close()
+    finally:
+        server.stop()

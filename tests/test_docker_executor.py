@@ -159,6 +159,21 @@ def test_each_container_sees_only_its_gpus(dockerd, tmp_path):
     asyncio.run(main())
 
 
+def test_job_runs_as_the_configured_non_root_user_and_can_write_its_directory(dockerd, tmp_path):
+    ex = executor([dockerd], tmp_path / "jobs", user="65534:65534")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"script": "import os\nopen('out.txt', 'w').write('x')\n"
+                                        "print(f'uid={os.getuid()} gid={os.getgid()}')\n"})
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            assert "uid=65534 gid=65534\n" in ex.logs(job.id)
+            assert (ex.job_dir(job.id) / "out.txt").stat().st_uid == 65534
+
+    asyncio.run(main())
+
+
 def test_cancel_stops_the_container_with_sigterm_then_sigkill_after_the_grace(dockerd, tmp_path):
     ex = executor([dockerd], tmp_path / "jobs", cancel_grace=1.0)
 

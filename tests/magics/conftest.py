@@ -55,3 +55,16 @@ def shell(server: LiveServer) -> InteractiveShell:
     magics._client = None  # find the module's server from the environment
     magics.cancel_on_interrupt = True
     return sh
+
+
+# pytest-jupyter's autouse fixtures close "the" asyncio loop after each test; once the browser
+# tests' session-scoped Playwright runs its loop in this thread, that fails. These tests start
+# their servers as subprocesses and need neither fixture.
+@pytest.fixture
+def jp_asyncio_loop():
+    yield None
+
+
+@pytest.fixture
+def jp_server_cleanup():
+    yield

@@ -11,7 +11,7 @@ preempted back to the queue.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, ClassVar
 
@@ -57,6 +57,11 @@ class RoundContext:
         if self._jobs is None:
             self._jobs = [j for j in self._engine.active.values() if j.stopping is None]
         return self._jobs
+
+    @property
+    def gpus(self) -> Mapping[int, int]:
+        """GPUs held by each running job, by job id (`job.size` without recounting its alloc)."""
+        return self._engine._gpus
 
     @property
     def capacity(self) -> int:

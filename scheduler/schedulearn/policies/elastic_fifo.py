@@ -2,7 +2,6 @@
 maximum when nothing waits; queued jobs get GPUs back by shrinking the newest elastic jobs
 toward their minimum. Every resize is a checkpoint-restart done by the executor."""
 
-from ..model import JobState
 from .base import Policy, RoundContext, Want, arrival_key, running_first
 
 
@@ -14,7 +13,7 @@ class ElasticFifo(Policy):
 
     def schedule(self, ctx: RoundContext) -> list[Want]:
         jobs = running_first(ctx)
-        size = {j: j.size for j in jobs if j.state is JobState.running}
+        size = {j: ctx.gpus[j.id] for j in ctx.running}
         used = sum(size.values())
         waiting = False
         for job in jobs:

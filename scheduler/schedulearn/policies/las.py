@@ -28,8 +28,9 @@ class LeastAttainedService(Policy):
         now, limit = ctx.now, self.threshold
         first: list[Job] = []
         second: list[Job] = []
-        for job in ctx.jobs:  # arrival order; a queued job's service does not grow with time
-            served = job.attained(now) if job.alloc else job.attained_base
+        gpus = ctx.gpus
+        for job in ctx.jobs:  # arrival order
+            served = job.attained_base + gpus.get(job.id, 0) * (now - job.since)  # job.attained(now)
             (second if served >= limit else first).append(job)
         first.sort(key=_SUBMITTED)  # stable: equal submit times stay in arrival order
         second.sort(key=_SUBMITTED)

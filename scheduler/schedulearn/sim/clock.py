@@ -61,7 +61,8 @@ class VirtualClock:
             t = min(nxt_input, nxt_end, ticking)
             if t == math.inf:
                 if engine.active:  # jobs that can never finish (they wait for GPUs that never free)
-                    raise RuntimeError(f"simulation stalled at t={self.t} with {len(engine.active)} jobs left")
+                    left = len(engine.active)
+                    raise RuntimeError(f"simulation stalled at t={self.t} with {left} jobs left")
                 self.done = True
                 return True
             woke = t < ticking

@@ -69,8 +69,19 @@ export class SchedulearnApi {
     return (await this.request<{ nodes: INode[] }>('gpus')).nodes;
   }
 
-  async jobs(): Promise<IJob[]> {
-    return (await this.request<{ jobs: IJob[] }>('jobs')).jobs;
+  /** The jobs the sidebar shows: every running and queued job, plus the newest `recent` ones
+   * (a server may hold thousands of finished jobs; only these travel every refresh). */
+  async jobs(recent = 200): Promise<IJob[]> {
+    const [running, queued, latest] = await Promise.all(
+      ['jobs?state=running', 'jobs?state=queued', `jobs?limit=${recent}`].map(
+        async q => (await this.request<{ jobs: IJob[] }>(q)).jobs
+      )
+    );
+    const byId = new Map<number, IJob>();
+    for (const job of [...latest, ...queued, ...running]) {
+      byId.set(job.id, job);
+    }
+    return [...byId.values()].sort((a, b) => a.id - b.id);
   }
 
   async job(id: number): Promise<IJob> {
@@ -168,7 +179,7 @@ async function errorFrom(response: Response, path: string): Promise<ApiError> {
   } catch {
     // no body
   }
-  if (response.status === 404 && (path === 'gpus' || path === 'jobs' || path === 'policy')) {
+  if (response.status === 404 && ['gpus', 'jobs', 'policy'].includes(path.split('?')[0])) {
     return new ApiError(MISSING_MESSAGE, 'missing', 404);
   }
   const short = String(detail).replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 300);

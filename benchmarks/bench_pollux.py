@@ -76,7 +76,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['workload']} | {r['policy']} | {r['avg_jct_s']:,.0f} | {vs_las} | {r['vs_tiresias']:.3f}× "
             f"| {r['vs_pollux']:.3f}× | {r['p99_jct_s']:,.0f} | {r['makespan_s']:,.0f} "
-            f"| {r['gpu_utilization']:.1%} | {r['restarts']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} |")
+            f"| {r['gpu_utilization']:.1%} | {r['restarts']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} |")
     return "\n".join(lines)
 
 

@@ -100,6 +100,10 @@ def _job_widget_class() -> type:
             top = w.HBox([self.header, self.cancel_button, self.message])
             super().__init__([top, self.logview], **kw)
             self.add_class("schedulearn-job")
+            self._line = views.status_line(handle.job)
+
+        def __repr__(self) -> str:  # the text/plain beside the widget view (notebook viewers)
+            return self._line
 
         def _cancel(self) -> None:
             self.cancel_button.disabled = True
@@ -115,6 +119,7 @@ def _job_widget_class() -> type:
             self.state = str(job.get("state", ""))
             self.gpus = int(job.get("gpus") or 0)
             self.position = int(position or 0)
+            self._line = views.status_line(job, position, now)
             self.elapsed = views.fmt_seconds(
                 views.waited(job, now) if self.state == "queued" else views.ran(job, now))
             colour = views._STATE_COLOURS.get(self.state, "inherit")
@@ -245,6 +250,9 @@ def _queue_widget_class() -> type:
         @property
         def policy(self) -> str | None:
             return self.dropdown.value
+
+        def __repr__(self) -> str:
+            return f"Schedulearn queue: policy {self.dropdown.value}, {len(getattr(self, 'jobs', []))} jobs"
 
         def _on_choose(self, change: dict[str, Any]) -> None:
             if self._syncing or change["new"] is None:

@@ -127,3 +127,21 @@ def test_interrupt_cancels_the_awaited_job(kernel: tuple[Any, Any], client: Clie
     assert client.job(job["id"])["state"] == "cancelled"
     reply, _ = collect_until_reply(kc, kc.execute("1 + 1"))  # the kernel lives on
     assert reply["status"] == "ok"
+
+
+def test_bad_input_in_a_kernel_is_one_line_and_submits_nothing(
+    kernel: tuple[Any, Any], client: Client
+) -> None:
+    _, kc = kernel
+    drain(kc)
+    before = len(client.jobs())
+    for line, message in [("--gpus 99", "gpus: at most 4"), ("--vars missing", "no variable named 'missing'"),
+                          ("--launcher mpi", "invalid choice: 'mpi'")]:
+        reply, iopub = collect_until_reply(kc, kc.execute(f"%%schedulearn {line}\n1"))
+        assert reply["status"] == "error" and reply["ename"] == "UsageError", reply
+        assert message in reply["evalue"] and "\n" not in reply["evalue"], reply
+        # IPython shows a UsageError as one line on stderr, no traceback.
+        shown = "".join(m["content"]["text"] for m in iopub if m["msg_type"] == "stream")
+        assert shown.strip().splitlines() == [f"UsageError: {reply['evalue']}"], shown
+        assert not [m for m in iopub if m["msg_type"] == "error"]
+    assert len(client.jobs()) == before

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import getpass
 import inspect
 import logging
@@ -87,6 +88,7 @@ class Settings:
         policies.create(self.default_policy)  # SpecError naming the policies when unknown
 
 
+@functools.cache
 def default_user() -> str:
     try:
         return getpass.getuser()

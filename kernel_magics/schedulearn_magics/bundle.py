@@ -206,12 +206,28 @@ def _schedulearn_watchdog(timeout):
 
 
 def _schedulearn_save(value, path):
-    import os, pickle, sys
+    import io, os, pickle, sys
     try:
-        import cloudpickle
-        data = cloudpickle.dumps(value)
-    except ImportError:
-        data = pickle.dumps(value)
+        try:
+            import cloudpickle
+            base = cloudpickle.Pickler
+        except ImportError:
+            base = pickle.Pickler
+
+        class ToCpu(base):
+            # Tensors on a GPU come back on the CPU: unpickling them in the notebook kernel would
+            # otherwise take memory on a GPU the scheduler may have given to another job.
+            def reducer_override(self, obj):
+                torch = sys.modules.get("torch")
+                tensor = torch is not None and isinstance(obj, torch.Tensor)
+                if tensor and obj.device.type not in ("cpu", "meta"):
+                    return obj.detach().cpu().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+                parent = getattr(super(), "reducer_override", None)
+                return parent(obj) if parent is not None else NotImplemented
+
+        buf = io.BytesIO()
+        ToCpu(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        data = buf.getvalue()
     except Exception as e:
         sys.stderr.write("schedulearn: the cell's value (%s) cannot be pickled: %s: %s\\n"
                          % (type(value).__name__, type(e).__name__, e))

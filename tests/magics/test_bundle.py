@@ -133,3 +133,32 @@ def test_missing_file_and_size_cap(tmp_path: Path) -> None:
     with pytest.raises(BundleError) as e:
         bundle.build_script("1", files, max_bytes=200_000)
     assert str(e.value).startswith("bundle: ") and "limit" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gpu_tensors_in_the_result_come_back_on_the_cpu(tmp_path: Path) -> None:
+    # No CUDA here: a stand-in `torch` module whose tensor says it lives on a GPU. The runner must
+    # pickle `tensor.detach().cpu()` in its place (and leave everything else alone).
+    cell = (
+        "import sys, types\n"
+        "class Device:\n    type = 'cuda'\n"
+        "class OnCpu:\n    def __reduce_ex__(self, protocol):\n        return (str, ('moved to cpu',))\n"
+        "class Tensor:\n    device = Device()\n"
+        "    def detach(self):\n        return self\n"
+        "    def cpu(self):\n        return OnCpu()\n"
+        "fake = types.ModuleType('torch')\nfake.Tensor = Tensor\nsys.modules['torch'] = fake\n"
+        "{'weights': Tensor(), 'step': 7}"
+    )
+    proc = run_script(bundle.build_script(cell), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    value = pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes())
+    assert value == {"weights": "moved to cpu", "step": 7}
+
+
+def test_cpu_torch_tensors_round_trip(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    cell = "import torch\n{'w': torch.arange(4.0), 'n': torch.nn.Linear(2, 1)}"
+    proc = run_script(bundle.build_script(cell), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    value = pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes())
+    assert torch.equal(value["w"], torch.arange(4.0))
+    assert isinstance(value["n"], torch.nn.Linear)

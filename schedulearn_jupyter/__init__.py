@@ -19,11 +19,9 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 # --- kernel side (owned by the magics engineer) -----------------------------------------------
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext schedulearn_jupyter`: register the `%%schedulearn` magics when they are installed.
-
-    PLACEHOLDER for the magics (kernel_magics/, package `schedulearn_magics`): this function only
-    forwards to `schedulearn_magics.load_ipython_extension` when that package is importable.
-    """
+    """`%load_ext schedulearn_jupyter`: register the `%%schedulearn` magics (package
+    `schedulearn_magics`, kernel_magics/; see docs/magics.md). Kernels of an environment where
+    Schedulearn is installed load them by themselves (etc/ipython/ipython_kernel_config.py)."""
     try:
         import schedulearn_magics
     except ImportError:
@@ -31,3 +29,9 @@ def load_ipython_extension(ipython: Any) -> None:
             "schedulearn_magics: not installed; the %%schedulearn magics live in kernel_magics/"
         ) from None
     schedulearn_magics.load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    import schedulearn_magics
+
+    schedulearn_magics.unload_ipython_extension(ipython)

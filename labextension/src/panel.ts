@@ -79,6 +79,7 @@ export class SchedulearnPanel extends Widget {
     this._banner.textContent = error ? error.message : '';
     const snap = this.model.snapshot;
     this.node.classList.toggle('jp-mod-stale', !!error);
+    this.node.classList.toggle('jp-mod-nodata', !snap); // an error before any data: only the banner
     if (!snap) {
       if (!error) {
         this._gpus.replaceChildren(h('div', { class: 'jp-schedulearn-empty' }, 'Loading…'));

@@ -243,6 +243,7 @@ def test_message_when_the_server_extension_is_missing(browser: Any, tmp_path: An
         banner = panel.locator(".jp-schedulearn-banner.jp-mod-missing")
         banner.wait_for(timeout=30_000)
         assert "server extension is not enabled" in banner.inner_text()
+        assert panel.locator(".jp-schedulearn-gpus-section").is_hidden()  # only the message
         shot(page, "sidebar-extension-missing", panel)
         page.context.close()
     finally:

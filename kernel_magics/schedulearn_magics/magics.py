@@ -385,7 +385,7 @@ def async_cell_transformer(lines: list[str]) -> list[str]:
     """IPython input transformer: `%%schedulearn OPTIONS` + body -> one line awaiting
     `SchedulearnMagics.run_async(OPTIONS, body)`; ipykernel runs such a cell as a task on its
     event loop, which then goes on dispatching comm messages (widget clicks) meanwhile."""
-    if not lines or not lines[0].startswith("%%schedulearn"):
+    if not lines or not lines[0].startswith("%%schedulearn") or not _awaits_on_asyncio():
         return lines
     options = lines[0][len("%%schedulearn"):]
     if options.strip() and not options[0].isspace():
@@ -393,3 +393,12 @@ def async_cell_transformer(lines: list[str]) -> list[str]:
     body = "".join(lines[1:])
     call = "get_ipython().magics_manager.registry['SchedulearnMagics'].run_async"
     return [f"await {call}({options.strip()!r}, {body!r})\n"]
+
+
+def _awaits_on_asyncio() -> bool:
+    """Top-level `await` runs on asyncio here (not after `%autoawait off` or `%autoawait trio`)."""
+    from IPython import get_ipython
+    from IPython.core.async_helpers import _asyncio_runner
+
+    ip = get_ipython()
+    return bool(ip is not None and ip.autoawait and ip.loop_runner is _asyncio_runner)

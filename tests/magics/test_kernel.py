@@ -145,3 +145,17 @@ def test_bad_input_in_a_kernel_is_one_line_and_submits_nothing(
         assert shown.strip().splitlines() == [f"UsageError: {reply['evalue']}"], shown
         assert not [m for m in iopub if m["msg_type"] == "error"]
     assert len(client.jobs()) == before
+
+
+def test_autoawait_off_falls_back_to_the_blocking_magic(kernel: tuple[Any, Any]) -> None:
+    _, kc = kernel
+    drain(kc)
+    try:
+        reply, _ = collect_until_reply(kc, kc.execute("%autoawait off"))
+        assert reply["status"] == "ok"
+        reply, iopub = collect_until_reply(kc, kc.execute("%%schedulearn --name blocking\n'still works'"))
+        assert reply["status"] == "ok", reply
+        results = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "execute_result"]
+        assert results == ["'still works'"]
+    finally:
+        collect_until_reply(kc, kc.execute("%autoawait asyncio"))

@@ -44,13 +44,14 @@ step "binder/postBuild"
 (cd "$WORK/repo" && bash binder/postBuild)
 
 step "jupyter labextension list / jupyter server extension list"
-lx="$(jupyter labextension list 2>&1)"; echo "$lx" | grep -i schedulearn || true
-echo "$lx" | grep -E "schedulearn-labextension v[0-9.]+ .*enabled.*OK" >/dev/null \
-    || fail "schedulearn-labextension is not enabled and OK:\n$lx"
-sx="$(jupyter server extension list 2>&1)"; echo "$sx" | grep -i -A1 "schedulearn_jupyter" || true
-echo "$sx" | grep -E "schedulearn_jupyter.*enabled" >/dev/null || fail "schedulearn_jupyter not enabled:\n$sx"
-echo "$sx" | grep -A1 -E "schedulearn_jupyter.*enabled" | grep -E "OK" >/dev/null \
-    || fail "schedulearn_jupyter does not import OK:\n$sx"
+nocolor() { sed 's/\x1b\[[0-9;]*m//g'; }
+lx="$(jupyter labextension list 2>&1 | nocolor)"; echo "$lx" | grep -i schedulearn || true
+echo "$lx" | grep -E "schedulearn-labextension v[0-9.]+ +enabled +OK" >/dev/null \
+    || fail "schedulearn-labextension is not enabled and OK: $lx"
+sx="$(jupyter server extension list 2>&1 | nocolor)"; echo "$sx" | grep -i "schedulearn_jupyter" || true
+echo "$sx" | grep -E "schedulearn_jupyter +enabled" >/dev/null || fail "schedulearn_jupyter not enabled: $sx"
+echo "$sx" | grep -E "schedulearn_jupyter +[0-9][^ ]* +OK" >/dev/null \
+    || fail "schedulearn_jupyter does not import OK: $sx"
 
 step "starting jupyter lab from the postBuild environment"
 PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

@@ -177,3 +177,23 @@ def test_las_demotes_both_jobs_and_goes_back_to_arrival_order():
     got = {j.spec.name: (j.start_time, j.end_time, j.restarts) for j in r.jobs}
     assert got == {"L": (0, 260, 1), "S": (70, 300, 1)}
     assert sum(j.run_base for j in r.jobs) == pytest.approx(300)  # each ran its duration exactly
+
+
+@pytest.mark.parametrize("first, then", [("fifo", "las"), ("las", "round-robin"), ("las", "elastic-fifo")])
+def test_policy_switch_mid_run_keeps_every_earlier_start(first, then):
+    sys.path.insert(0, str(DATA))
+    try:
+        from make_golden import random_trace
+    finally:
+        sys.path.remove(str(DATA))
+    trace = random_trace(2, 200, 8)
+    at = trace[100].submit_time
+    plain = simulate(trace, virtual_cluster(3, 8), first)
+    switched = simulate(trace, virtual_cluster(3, 8), first, actions=[(at, lambda e: e.set_policy(then))])
+    assert switched.policy == then
+    before = {j.id: j.start_time for j in plain.jobs}
+    after = {j.id: j.start_time for j in switched.jobs}
+    earlier = [i for i, t in before.items() if t < at]
+    assert len(earlier) > 20
+    assert all(after[i] == before[i] for i in earlier)
+    assert any(after[i] != before[i] for i in before if i not in earlier)  # later decisions differ

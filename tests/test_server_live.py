@@ -127,16 +127,16 @@ def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
 
 
 class Serve:
-    def __init__(self, home: Path, *args: str):
+    def __init__(self, home: Path, *args: str, store: str | None = None, port: int | None = None):
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
         self.log = open(home / "serve.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
-             "--store", f"sqlite:///{home / 'serve.db'}", "--job-root", str(home / "jobs"), *args],
+             "--store", store or f"sqlite:///{home / 'serve.db'}", "--job-root", str(home / "jobs"), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_http(self.url + "schedulearn/api/policy", proc=self.proc)
 
@@ -225,3 +225,28 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
         assert e.value.status == 400 and "command" in str(e.value)
     finally:
         jupyter.stop()
+
+
+def test_serve_on_postgresql_keeps_jobs_across_a_restart(tmp_path: Path, postgres_fresh_url: str):
+    args = ("--token", "pg-token", "--user", "carol", "--virtual-gpus", "1", "--tick", "0.2")
+    s = Serve(tmp_path / "pg", *args, store=postgres_fresh_url)
+    try:
+        c = Client(s.url, "pg-token")
+        running = c.submit({"name": "a", "command": SLEEP})
+        queued = c.submit({"name": "b", "command": SLEEP})
+        wait_for(lambda: c.job(running["id"])["state"] == "running")
+        assert c.set_policy("las") == "las"
+    finally:
+        s.stop()
+    s = Serve(tmp_path / "pg", *args, store=postgres_fresh_url, port=s.port)
+    try:
+        c = Client(s.url, "pg-token")
+        jobs = {j["id"]: j for j in c.jobs()}
+        assert {j["name"] for j in jobs.values()} == {"a", "b"} and jobs[queued["id"]]["state"] == "queued"
+        assert jobs[running["id"]]["state"] == "running" and jobs[running["id"]]["user"] == "carol"
+        assert c.policy() == "las"  # the runtime switch is kept in the store
+        for job_id in (running["id"], queued["id"]):
+            c.cancel(job_id)
+        wait_for(lambda: {j["state"] for j in c.jobs()} == {"cancelled"}, what="both cancelled")
+    finally:
+        s.stop()

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import getpass
 import inspect
+import json
 import logging
 import os
 import socket
@@ -283,6 +284,7 @@ class SchedulerManager:
         self.hub = EventHub()
         self.engine.listeners.append(self._on_engine_event)
         self._tasks: list[asyncio.Task] = []
+        self._json_cache: dict[int, tuple[tuple, str]] = {}
         self.started = False
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -420,6 +422,30 @@ class SchedulerManager:
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
                         limit: Any = None) -> dict[str, Any]:
+        now = self.engine.clock()
+        return {"jobs": [j.to_dict(now) for j in self._select(state, user, limit)]}
+
+    async def list_jobs_json(self, state: str | None = None, user: str | None = None,
+                             limit: Any = None) -> str:
+        """`list_jobs` as JSON text, from per-job fragments cached while a job does not change
+        (queued and finished jobs' dicts do not depend on the time): listing 10,000 jobs costs
+        a join instead of 10,000 `to_dict`s and a 4 MB `json.dumps`."""
+        now = self.engine.clock()
+        cache = self._json_cache
+        parts = []
+        for j in self._select(state, user, limit):
+            if j.state is JobState.running:
+                parts.append(json.dumps(j.to_dict(now)))
+                continue
+            key = (j.state, j.restarts, j.start_time, j.end_time, j.exit_code, j.reason, j.attained_base,
+                   j.run_base, len(j.alloc))
+            hit = cache.get(j.id)
+            if hit is None or hit[0] != key:
+                hit = cache[j.id] = (key, json.dumps(j.to_dict(now)))
+            parts.append(hit[1])
+        return '{"jobs": [' + ", ".join(parts) + "]}"
+
+    def _select(self, state: str | None, user: str | None, limit: Any) -> list[Job]:
         if state is not None and state not in STATES:
             raise ApiError(f"state: expected one of {', '.join(STATES)}, got {state!r}")
         n = _as_count("limit", limit)
@@ -434,8 +460,7 @@ class SchedulerManager:
         chosen = list(jobs)
         if n is not None:
             chosen = chosen[-n:] if n else []
-        now = self.engine.clock()
-        return {"jobs": [j.to_dict(now) for j in chosen]}
+        return chosen
 
     def _job(self, job_id: Any) -> Job:
         jid = _as_id(job_id)

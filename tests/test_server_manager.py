@@ -178,3 +178,35 @@ def test_docker_hosts_as_the_docker_executor_takes_them():
     from schedulearn.executors.hosts import parse_hosts
 
     assert [h.name for h in parse_hosts(got)] == ["10.0.0.3", "gpu2", "gpu3"]
+
+
+def test_cached_job_list_json_never_goes_stale(tmp_path):
+    import json
+
+    async def main():
+        m = sim_manager(tmp_path)
+        m.start()
+
+        async def same(**query):
+            clock = m.engine.clock
+            m.engine.clock = lambda: 12345.0  # running jobs' figures depend on the time
+            try:
+                assert json.loads(await m.list_jobs_json(**query)) == await m.list_jobs(**query)
+            finally:
+                m.engine.clock = clock
+
+        ids = [(await m.submit({"duration": 0.3 if i == 0 else 30}, f"u{i % 2}"))["id"] for i in range(4)]
+        await same()
+        await same(state="queued")
+        async with asyncio.timeout(10):
+            while m.engine.get(ids[0]).state.value != "succeeded":
+                await same()
+                await asyncio.sleep(0.02)
+        await m.cancel(ids[1], "u1")
+        await m.cancel(ids[2], "u0")
+        await asyncio.sleep(0.1)
+        for query in ({}, {"state": "cancelled"}, {"state": "running"}, {"user": "u1"}, {"limit": 2}):
+            await same(**query)
+        await m.stop()
+
+    asyncio.run(main())

@@ -97,9 +97,11 @@ class Policy:
         return pool.best_fit(n, prefer=job.alloc.keys())
 
     def next_change(self, running: list[Job], now: float) -> float:
-        """For a time-driven policy, called after each round: the earliest time at which time
-        alone (no submit, exit or other event) may change its decisions. The engine skips tick
-        rounds before it. The default, `now`, means any tick may."""
+        """For a time-driven policy: the earliest time at which time alone (no submit, exit or
+        other event) may change the decisions of the last round, which ran at `now` and left
+        `running` running. The engine asks at the first tick after a round (not after every
+        round: most are followed by an event, which runs a round anyway) and skips tick rounds
+        before the answer. The default, `now`, means any tick may."""
         return now
 
     def __repr__(self) -> str:

@@ -173,7 +173,7 @@ def test_keep_it_leaves_the_job_running(lab_page: Any, lab_server: LabServer) ->
     assert lab_server.api("DELETE", f"jobs/{job}")[0] == 200
 
 
-def test_palette_commands(lab_page: Any, lab_server: LabServer) -> None:
+def test_commands_are_registered_and_work(lab_page: Any, lab_server: LabServer) -> None:
     commands = lab_page.evaluate(
         "() => window.jupyterapp.commands.listCommands().filter(c => c.startsWith('schedulearn:'))")
     assert set(commands) >= {"schedulearn:open", "schedulearn:refresh", "schedulearn:set-policy",
@@ -189,6 +189,10 @@ def test_palette_commands(lab_page: Any, lab_server: LabServer) -> None:
     assert all(label.startswith("Schedulearn: ") for label in labels), labels
     lab_page.evaluate("() => window.jupyterapp.commands.execute('schedulearn:open')")
     lab_page.locator(PANEL).wait_for(state="visible")
+    job = submit(lab_server, "cmd", 0)
+    lab_server.wait_job(job, {"succeeded"})
+    lab_page.evaluate("(id) => window.jupyterapp.commands.execute('schedulearn:show-logs', {id})", job)
+    lab_page.locator(f"#schedulearn-log-{job} pre.jp-schedulearn-log", has_text="hi").wait_for()
 
 
 def test_settings_schema_refuses_bad_values(lab_server: LabServer) -> None:

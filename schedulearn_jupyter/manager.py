@@ -415,9 +415,13 @@ class SchedulerManager:
             data["image"] = self.settings.default_image
         try:
             spec = JobSpec.parse(data)
+            _check_storable(spec)
             job = self.engine.submit(spec)
         except SpecError as e:
             raise ApiError(str(e)) from None
+        except RuntimeError as e:  # the store refused it (StoreError): nothing was written
+            log.error("schedulearn: submit failed: %s", e)
+            raise ApiError(str(e), 503) from None
         return job.to_dict(self.engine.clock())
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
@@ -538,6 +542,16 @@ class SchedulerManager:
         """The first message on the events socket: where things stand."""
         return {"type": "hello", "policy": self.engine.policy.name,
                 "active": [j.id for j in self.engine.active.values()], "seq": self.hub.seq}
+
+
+_INT64 = 2**63
+
+
+def _check_storable(spec: JobSpec) -> None:
+    """Integers a SQL store can hold (a 64-bit column): a larger one is bad input, not a 500."""
+    for name, value in spec:
+        if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+            raise SpecError(f"{name}: expected an integer between -2**63 and 2**63-1, got {value}")
 
 
 def _shape(nodes: list[Node]) -> list[tuple[Any, ...]]:

@@ -39,7 +39,7 @@ class ApiMixin:
 
     def json_body(self) -> Any:
         try:
-            return json.loads(self.request.body or b"null")
+            return json.loads(self.request.body or b"null", parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(f"body: invalid JSON ({e})") from None
 
@@ -71,6 +71,10 @@ class ApiMixin:
         self.clear_header("Content-Type")
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps({"error": message}))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 class PoliciesHandler(ApiMixin):

@@ -11,6 +11,7 @@ import pytest
 from schedulearn import policies
 
 SLEEP = ["python", "-c", "import time; time.sleep(60)"]
+INT64 = "expected an integer between -2**63 and 2**63-1"
 
 
 async def wait_state(api, job_id: int, states: set[str], timeout: float = 30.0) -> dict:
@@ -125,6 +126,8 @@ async def test_list_jobs_limit_gives_newest(sl_api):
         ({"command": []}, "command: expected a non-empty argv list"),
         ({"command": ["x"], "min_gpus": 3, "max_gpus": 2}, "min_gpus: must be <= max_gpus (2), got 3"),
         ([1, 2], "body: expected a JSON object (a JobSpec)"),
+        ({"command": ["x"], "batch_size": 2**63}, "batch_size: " + INT64),
+        ({"command": ["x"], "priority": -(2**70)}, "priority: " + INT64),
         (None, "body: expected a JSON object (a JobSpec)"),
     ],
 )
@@ -140,6 +143,8 @@ async def test_bad_specs_are_400_and_store_nothing(sl_api, sl_manager, body, err
 async def test_invalid_json_and_oversized_body(sl_api, sl_manager):
     code, data = await sl_api("POST", "jobs", b'{"command": ')
     assert code == 400 and data["error"].startswith("body: invalid JSON")
+    code, data = await sl_api("POST", "jobs", b'{"command": ["x"], "duration": Infinity}')
+    assert code == 400 and "Infinity is not JSON" in data["error"]
     big = json.dumps({"script": "x = 1\n" * 800_000})
     code, data = await sl_api("POST", "jobs", big)
     assert code == 413 and data["error"].startswith("body: at most")

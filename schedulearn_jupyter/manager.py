@@ -548,10 +548,23 @@ _INT64 = 2**63
 
 
 def _check_storable(spec: JobSpec) -> None:
-    """Integers a SQL store can hold (a 64-bit column): a larger one is bad input, not a 500."""
+    """What a SQL store can hold: 64-bit integers, text without NUL characters (PostgreSQL
+    refuses them). Anything else is bad input (400), not a store failure (5xx)."""
     for name, value in spec:
         if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
             raise SpecError(f"{name}: expected an integer between -2**63 and 2**63-1, got {value}")
+        if _has_nul(value):
+            raise SpecError(f"{name}: NUL characters (\\u0000) are not allowed")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
 
 
 def _shape(nodes: list[Node]) -> list[tuple[Any, ...]]:

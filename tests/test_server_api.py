@@ -128,6 +128,8 @@ async def test_list_jobs_limit_gives_newest(sl_api):
         ([1, 2], "body: expected a JSON object (a JobSpec)"),
         ({"command": ["x"], "batch_size": 2**63}, "batch_size: " + INT64),
         ({"command": ["x"], "priority": -(2**70)}, "priority: " + INT64),
+        ({"command": ["x", "a\u0000b"]}, "command: NUL characters (\\u0000) are not allowed"),
+        ({"command": ["x"], "env": {"K": "\u0000"}}, "env: NUL characters"),
         (None, "body: expected a JSON object (a JobSpec)"),
     ],
 )

@@ -30,6 +30,7 @@ export class SchedulearnModel {
   private _wsRetry = 0;
   private _wsTimer: number | undefined;
   private _disposed = false;
+  private _started = false;
   private _remembered = new Map<number, Allocation>();
   private _isVisible: () => boolean;
 
@@ -71,6 +72,7 @@ export class SchedulearnModel {
 
   /** Starts polling and listening to events. */
   start(): void {
+    this._started = true;
     void this._poll.start();
     this._connect();
   }
@@ -83,7 +85,14 @@ export class SchedulearnModel {
 
   set interval(seconds: number) {
     const interval = Math.max(1, seconds) * 1000;
+    if (interval === this._poll.frequency.interval) {
+      return;
+    }
     this._poll.frequency = { ...this._poll.frequency, interval, max: Math.max(60 * 1000, interval) };
+    // The tick already scheduled keeps the old interval: refresh now, the next one uses the new.
+    if (this._started) {
+      void this._poll.refresh();
+    }
   }
 
   async setPolicy(name: string): Promise<void> {

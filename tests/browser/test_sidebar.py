@@ -272,3 +272,31 @@ def test_message_when_the_server_is_unreachable(browser: Any, tmp_path: Any, lab
         page.context.close()
     finally:
         server.stop()
+
+
+def test_polling_stands_by_while_the_sidebar_is_hidden(browser: Any, lab_server: LabServer) -> None:
+    assert lab_server.put_settings(PLUGIN, {"refreshInterval": 1}) == 204
+    page = open_lab(browser, lab_server)
+    try:
+        # Playwright delivers events while it runs: wait with page.wait_for_timeout, not time.sleep.
+        calls: list[str] = []
+        page.on("request", lambda r: "/schedulearn/api/gpus" in r.url and calls.append(r.url))
+        if page.locator(PANEL).is_visible():  # restored open: close it first
+            page.click('.jp-SideBar .lm-TabBar-tab[data-id="schedulearn-sidebar"]')
+        page.locator(PANEL).wait_for(state="hidden")
+        page.wait_for_timeout(1500)
+        calls.clear()
+        page.wait_for_timeout(4000)
+        assert calls == [], f"{len(calls)} refreshes while hidden"
+        open_sidebar(page)
+        page.wait_for_timeout(4000)
+        assert len(calls) >= 3, f"only {len(calls)} refreshes in 4 s at a 1 s interval"
+        page.click('.jp-SideBar .lm-TabBar-tab[data-id="schedulearn-sidebar"]')  # hide again
+        page.locator(PANEL).wait_for(state="hidden")
+        page.wait_for_timeout(1500)
+        n = len(calls)
+        page.wait_for_timeout(4000)
+        assert len(calls) == n, f"{len(calls) - n} refreshes after hiding"
+    finally:
+        page.context.close()
+        lab_server.put_settings(PLUGIN, {})

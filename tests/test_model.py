@@ -18,9 +18,10 @@ def error(data) -> str:
 
 
 @pytest.mark.parametrize("data, expected", [
-    ({"command": ["x"], "gpus": 0}, "gpus: expected an integer >= 1 or 'auto'"),
-    ({"command": ["x"], "gpus": -2}, "gpus: expected an integer >= 1 or 'auto'"),
+    ({"command": ["x"], "gpus": 0}, "gpus: expected an integer >= 1 or 'auto', got 0"),
+    ({"command": ["x"], "gpus": -2}, "gpus: expected an integer >= 1 or 'auto', got -2"),
     ({"command": ["x"], "gpus": "many"}, "gpus: expected an integer >= 1 or 'auto', got 'many'"),
+    ({"command": ["x"], "gpus": True}, "gpus: expected an integer >= 1 or 'auto', got True"),
     ({"command": ["x"], "launcher": "mpirun"},
      "launcher: expected one of python, torchrun, horovod, got 'mpirun'"),
     ({"command": ["x"], "script": "print(1)"}, "command: give either command or script, not both"),

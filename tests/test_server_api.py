@@ -116,7 +116,7 @@ async def test_list_jobs_limit_gives_newest(sl_api):
 @pytest.mark.parametrize(
     "body, error",
     [
-        ({"command": ["x"], "gpus": 0}, "gpus: expected an integer >= 1 or 'auto'"),
+        ({"command": ["x"], "gpus": 0}, "gpus: expected an integer >= 1 or 'auto', got 0"),
         ({"command": ["x"], "gpus": "lots"}, "gpus: expected an integer >= 1 or 'auto', got 'lots'"),
         ({"command": ["x"], "gpus": 99}, "gpus: at most 4 (the GPUs of this cluster), got 99"),
         ({"command": ["x"], "launcher": "mpirun"},

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: An allocation: node name -> GPU indices on that node.
 Allocation = dict[str, tuple[int, ...]]
@@ -67,10 +67,15 @@ class JobSpec(BaseModel):
     batch_size: int | None = Field(None, ge=1)
     adaptive_batch: bool = False
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if isinstance(v, bool) or (isinstance(v, int) and v < 1):
+            raise ValueError("not an integer >= 1")  # worded by one_line_error with the value
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
-        if isinstance(self.gpus, int) and self.gpus < 1:
-            raise ValueError("gpus: expected an integer >= 1 or 'auto'")
         if self.command is not None and self.script is not None:
             raise ValueError("command: give either command or script, not both")
         simulated = self.duration is not None or self.application is not None
@@ -198,7 +203,8 @@ def parse_cluster(text: str) -> list[Node]:
         if h < 1 or g < 1:
             raise ValueError
     except ValueError:
-        raise SpecError(f"cluster: expected HxG with H hosts and G GPUs each (e.g. 4x8), got {text!r}")
+        raise SpecError(
+            f"cluster: expected HxG with H hosts and G GPUs each (e.g. 4x8), got {text!r}") from None
     return virtual_cluster(h, g)
 
 

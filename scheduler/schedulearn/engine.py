@@ -18,6 +18,7 @@ and a tick only runs a round when `Policy.next_change` says time may have change
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -53,6 +54,12 @@ class Store(Protocol):
     def add_event(self, job_id: int | None, kind: str, data: dict[str, Any], t: float) -> None: ...
     def get_policy(self) -> str | None: ...
     def set_policy(self, name: str) -> None: ...
+
+
+def _transaction(store: Store):
+    """The store's transaction if it has one (SqlStore does), else nothing."""
+    tx = getattr(store, "transaction", None)
+    return tx() if tx is not None else contextlib.nullcontext()
 
 
 class Clock(Protocol):
@@ -127,8 +134,10 @@ class Engine:
             raise SpecError(f"gpus: at most {total} (the GPUs of this cluster), got {got}")
         now = self.clock() if now is None else now
         job = Job(id=self._next_id, spec=spec, submit_time=now, since=now, batch_size=spec.batch_size)
-        if self.store is not None:
-            self.store.add_job(job)  # first: a failing store leaves no trace in memory either
+        if self.store is not None:  # first: a failing store leaves no trace in memory either
+            with _transaction(self.store):  # the job and its first event, both or neither
+                self.store.add_job(job)
+                self.store.add_event(job.id, "submitted", {}, now)
         self._next_id += 1
         self.jobs[job.id] = job
         self.active[job.id] = job
@@ -364,9 +373,8 @@ class Engine:
             self._queued_gpus -= job.spec.requested
 
     def _changed(self, job: Job, kind: str, now: float, **data: Any) -> None:
-        if self.store is not None:
-            if kind != "submitted":
-                self.store.update_job(job)
+        if self.store is not None and kind != "submitted":  # submit() stored those itself
+            self.store.update_job(job)
             self.store.add_event(job.id, kind, data, now)
         if self.listeners:
             self._emit({"type": "job", "event": kind, "job": job.to_dict(now)})

@@ -209,8 +209,11 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory, lab_traits: dict[str, A
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for one test module. Not session-wide: while Playwright's sync API is alive its
+    event loop counts as running in this thread, and the autouse loop fixture of pytest-jupyter
+    would fail every later (non-browser) test at teardown."""
     browser_requirements()
     from playwright.sync_api import sync_playwright
 

@@ -3,7 +3,9 @@
 - `lab_server` (module scope): `jupyter lab` on a free port with a token, `--allow-root`, no browser,
   a tmp root dir, isolated Jupyter config/data/runtime/settings dirs, and the Schedulearn extension
   with 4 virtual GPUs and the local executor. `lab_server.api(method, path, body)` calls the REST API.
-- `browser` (session scope): Chromium from /usr/bin/chromium (no `playwright install`).
+- `browser` (module scope): Chromium from /usr/bin/chromium (no `playwright install`).
+  Playwright's sync API delivers page events only while it runs: to wait for events, use
+  `page.wait_for_timeout(ms)`, not `time.sleep`.
 - `lab_page`: a fresh page with JupyterLab loaded (`window.jupyterapp` exposed for commands).
 - `shot(page, name)`: saves `test-output/screenshots/<name>.png` and returns the path.
 

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs the main job (after scripts/setup.sh). Until the Jupyter server extension lands this is
-# a simulation demo: the Philly trace replayed under every policy.
+# The main job (after scripts/setup.sh): JupyterLab with Schedulearn, the embedded SQLite store,
+# and this machine's GPUs -- or 4 virtual GPUs where NVML finds none
+# (override: SCHEDULEARN_VIRTUAL_GPUS=N make run). Extra arguments go to `jupyter lab`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
-trace=../shared/traces/philly.csv
-[ -f "$trace" ] || trace=tests/data/small-trace.csv
-exec schedulearn simulate "$trace" --policy all --cluster 8x8 --limit 2000
+export SCHEDULEARN_VIRTUAL_GPUS="${SCHEDULEARN_VIRTUAL_GPUS:-4}"
+args=(--ServerApp.root_dir="$PWD" --ip="${JUPYTER_IP:-127.0.0.1}" --port="${JUPYTER_PORT:-8888}")
+[ "$(id -u)" = 0 ] && args+=(--allow-root)
+[ -n "${CI:-}${NO_BROWSER:-}" ] && args+=(--no-browser)
+echo "==> JupyterLab with Schedulearn: open examples/quickstart.ipynb and the Schedulearn sidebar"
+exec jupyter lab "${args[@]}" "$@" examples/quickstart.ipynb

@@ -150,31 +150,49 @@ def test_restart_factor():
 
 
 def _waits(result, job_id):
-    """Lengths of the job's queued spells (from submission or a stop to the next start)."""
+    """(start, length) of the job's queued spells (from submission or a stop to the next start)."""
     waits, since = [], result.jobs[job_id - 1].submit_time
     for t, jid, alloc in sorted(result.history, key=lambda h: h[0]):
         if jid != job_id:
             continue
         if alloc and since is not None:
-            waits.append(t - since)
+            waits.append((since, t - since))
             since = None
         elif not alloc:
             since = t
     return waits
 
 
+def _waiting_at(result, t):
+    """Jobs queued (submitted, not running, not done) just before time t."""
+    n = 0
+    for job in result.jobs:
+        if job.submit_time >= t or (job.end_time is not None and job.end_time <= t):
+            continue
+        spells = _waits(result, job.id)
+        n += any(s < t < s + length for s, length in spells)
+    return n
+
+
 def test_no_starvation_when_overloaded():
-    """A long job demoted to the second queue while short jobs keep the first queue busy: las
-    starves it until the stream ends; goodput admits it within starve_after (+ a round)."""
-    long_job = TraceJob(0.0, JobSpec(name="long", gpus=2, duration=20 * 3600.0), "t:1")
-    stream = [TraceJob(30.0 + 60 * i, JobSpec(name=f"s{i}", gpus=2, duration=100.0), f"t:{i + 2}")
-              for i in range(12 * 60)]
+    """A 4-GPU job in the second queue while 1-GPU jobs keep the first queue non-empty at every
+    round: las never fits it in until the stream ends (8 h); goodput puts it at the front once it
+    has waited 30 min, behind only jobs that were already waiting when it started to wait (each
+    of which then holds the front for at most 30 min)."""
+    long_job = TraceJob(0.0, JobSpec(name="long", gpus=4, duration=10 * 3600.0), "t:1")
+    stream = [TraceJob(4 * 3600.0 + 30.0 + 60 * i, JobSpec(name=f"s{i}", gpus=1, duration=150.0),
+                       f"t:{i + 2}") for i in range(8 * 60)]
     trace = [long_job, *stream]
-    runs = {p: simulate(trace, parse_cluster("1x2"), p, interval=60, restart_penalty=30, record=True)
+    runs = {p: simulate(trace, parse_cluster("1x4"), p, interval=60, restart_penalty=30, record=True)
             for p in ("las", "goodput")}
-    assert max(_waits(runs["las"], 1)) > 3 * 3600
-    assert max(_waits(runs["goodput"], 1)) <= 1800 + 60
-    assert all(j.end_time is not None for j in runs["goodput"].jobs)
+    assert max(length for _, length in _waits(runs["las"], 1)) > 7.5 * 3600
+    good = runs["goodput"]
+    spells = _waits(good, 1)
+    assert len(spells) > 3
+    for start, length in spells:
+        assert length <= 1800 * (1 + _waiting_at(good, start)) + 60, (start, length)
+    assert max(length for _, length in spells) < 4 * 3600
+    assert all(j.end_time is not None for j in good.jobs)
 
 
 def test_goodput_is_registered():

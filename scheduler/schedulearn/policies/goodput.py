@@ -1,9 +1,10 @@
 """Goodput: size every job for the most total (weighted) speed-up — the policy behind `--gpus auto`.
 
 Each round:
-1. *Admission*, in priority order — a queued job that has waited `starve_after` seconds first,
-   then Tiresias' two queues (under 16 GPU-hours of service, then the rest), first come first
-   served within each: every job gets its minimum while GPUs are left.
+1. *Admission*, in priority order — queued jobs that have waited `starve_after` seconds first,
+   longest wait first (once admitted, such a job keeps the front for as long again), then
+   Tiresias' two queues (under 16 GPU-hours of service, then the rest), first come first served
+   within each: every job gets its minimum while GPUs are left.
 2. *Sizing*: the GPUs left go, a step at a time, to the job whose value grows most per GPU (a step
    may take several GPUs, so a job gets past a dip in its curve such as the first GPU on a second
    node). A job's value at n GPUs is `weight · S(n)`: S is its speed-up (goodput on n GPUs over
@@ -23,7 +24,7 @@ import heapq
 
 from ..model import Job, JobState
 from ..speedup import ProfileEstimate, estimate_for, speedup_curve
-from .base import Policy, RoundContext, Want
+from .base import NEVER, Policy, RoundContext, Want
 
 
 class Goodput(Policy):
@@ -41,19 +42,24 @@ class Goodput(Policy):
     def __init__(self) -> None:
         self._curves: dict[int, tuple[object, list[float]]] = {}  # job id -> (what it depends on, S)
         self._adapts: set[int] = set()  # simulated jobs whose batch size the job itself picks
+        self._boost: dict[int, float] = {}  # job id -> until when it keeps the front (it starved)
+        self._elastic, self._starve_at = True, NEVER  # for next_change, from the last round
 
     def schedule(self, ctx: RoundContext) -> list[Want]:
         now, left = ctx.now, ctx.capacity
         per_node = max((len(n.gpus) for n in ctx.nodes if n.healthy), default=1)
-        order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
-        active = {j.id for j in order}
+        active = {j.id for j in ctx.jobs}
         self._curves = {k: v for k, v in self._curves.items() if k in active}
         self._adapts &= active
+        self._boost = {k: t for k, t in self._boost.items() if k in active and t > now}
+        order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
         size: dict[Job, int] = {}
         for job in order:  # 1. admission
             if job.spec.min_size <= left:
                 size[job] = job.spec.min_size
                 left -= job.spec.min_size
+                if job.id not in self._boost and self.starving(job, now):
+                    self._boost[job.id] = now + self.starve_after  # it runs at least as long as it waited
         value = {job: self.values(job, now, ctx.capacity, per_node) for job in size}
         heap: list[tuple[float, int, Job, int]] = []
 
@@ -77,12 +83,36 @@ class Goodput(Policy):
         for job, n in size.items():
             if n != job.size and job.id in self._adapts:
                 job.batch_size = None
+        self._elastic = any(j.spec.elastic for j in order)
+        waiting = [(now if j.state is JobState.running else j.since) for j in order if j not in size]
+        self._starve_at = min((t + self.starve_after for t in waiting if now - t < self.starve_after),
+                              default=NEVER)  # the next waiting job to starve (preempted ones: now)
         # All of it fits: hand it over largest first, which places with less fragmentation.
         return sorted(((job, size[job]) for job in order if job in size), key=lambda w: -w[1])
 
+    def next_change(self, running: list[Job], now: float) -> float:
+        """With elastic jobs, every tick (speed-ups, weights and restart factors move with
+        time). With rigid jobs only: a waiting job starving, a boost ending, or a running job
+        reaching the second queue."""
+        if self._elastic:
+            return now
+        soonest = min(self._starve_at, min(self._boost.values(), default=NEVER))
+        for j in running:
+            if j.size and j.attained(now) < self.threshold:
+                soonest = min(soonest, j.since + (self.threshold - j.attained_base) / j.size)
+        return soonest
+
+    def starving(self, job: Job, now: float) -> bool:
+        return job.state is JobState.queued and now - job.since >= self.starve_after
+
     def priority(self, job: Job, now: float) -> tuple:
-        starving = job.state is JobState.queued and now - job.since >= self.starve_after
-        return (not starving, job.attained(now) >= self.threshold, job.submit_time, job.id)
+        """Boosted (admitted while starving) jobs, then starving ones, longest wait first, then
+        Tiresias' queues: under `threshold` GPU-seconds of service, then the rest, each FCFS."""
+        if job.id in self._boost:
+            return (0, 0.0, job.id)
+        if self.starving(job, now):
+            return (1, job.since, job.id)
+        return (2, job.attained(now) >= self.threshold, job.submit_time, job.id)
 
     def values(self, job: Job, now: float, capacity: int, per_node: int) -> list[float]:
         """The job's value at n = 0..its maximum GPUs."""

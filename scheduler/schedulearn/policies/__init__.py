@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from importlib.metadata import entry_points
 
@@ -16,6 +17,7 @@ from .round_robin import RoundRobin
 
 BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService, Goodput)
 ENTRY_POINT_GROUP = "schedulearn.policies"
+log = logging.getLogger("schedulearn.policies")
 
 __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_classes"]
 
@@ -24,9 +26,14 @@ __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_clas
 def _plugins() -> tuple[type[Policy], ...]:
     found = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        cls = ep.load()
+        try:
+            cls = ep.load()
+        except Exception as e:  # one broken plugin must not take the scheduler down
+            log.warning("policy plugin %r (%s) not loaded: %s: %s", ep.name, ep.value, type(e).__name__, e)
+            continue
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
-            raise TypeError(f"entry point {ep.name!r} in {ENTRY_POINT_GROUP} is not a Policy class")
+            log.warning("policy plugin %r (%s) is not a Policy subclass: skipped", ep.name, ep.value)
+            continue
         if not cls.name:
             cls.name = ep.name
         found.append(cls)

@@ -55,12 +55,14 @@ class Goodput(Policy):
         order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
         size: dict[Job, int] = {}
         for job in order:  # 1. admission
+            if not left:
+                break
             if job.spec.min_size <= left:
                 size[job] = job.spec.min_size
                 left -= job.spec.min_size
                 if job.id not in self._boost and self.starving(job, now):
                     self._boost[job.id] = now + self.starve_after  # it runs at least as long as it waited
-        value = {job: self.values(job, now, ctx.capacity, per_node) for job in size}
+        value = {job: self.values(job, now, ctx.capacity, per_node) for job in size if job.spec.elastic}
         heap: list[tuple[float, int, Job, int]] = []
 
         def push(job: Job) -> None:  # the job's best next step: most value per extra GPU
@@ -70,7 +72,7 @@ class Goodput(Policy):
             if gain > 1e-12:
                 heapq.heappush(heap, (-gain, job.id, job, m))
 
-        for job in size:
+        for job in value:
             push(job)
         while heap and left:  # 2. sizing by marginal value per GPU
             _, _, job, m = heapq.heappop(heap)

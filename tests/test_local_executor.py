@@ -440,3 +440,24 @@ def test_job_placed_on_two_nodes_fails_clearly_with_the_local_executor(tmp_path)
     assert job.state is JobState.failed
     assert job.reason.startswith("job 1: the local executor runs jobs on this host only, but it was placed")
     assert eng.pool.total == 2
+
+
+def test_step_times_a_job_reports_reach_the_policy(tmp_path):
+    """`schedulearn.elastic.report` in a real job -> metrics.jsonl -> the job's observations,
+    picked up before each round; the goodput policy's estimate then trusts twice the size seen."""
+    from schedulearn.speedup import REPORTS_KEY, estimate_for
+
+    script = ("import time\nfrom schedulearn import elastic\n"
+              "for i in range(3):\n    elastic.report(step_time=0.5 + i, batch_size=64)\n"
+              "print('reported', flush=True)\ntime.sleep(60)\n")
+
+    async def main():
+        async with live(tmp_path / "jobs", gpus=4, policy="fifo") as (eng, ex):
+            job = eng.submit({"name": "reporter", "script": script, "gpus": "auto", "max_gpus": 4})
+            await wait_for(in_log(ex, job.id, "reported"), 60, "the job's reports")
+            eng.wake()  # a round (and the executor's advance before it)
+            await wait_for(lambda: job.extra.get(REPORTS_KEY), 10, "the reports in the job")
+            assert job.extra[REPORTS_KEY] == [[1, 64, 0.5], [1, 64, 1.5], [1, 64, 2.5]]
+            assert estimate_for(job, time.time()).max_gpus == 2  # 2 x the largest size reported
+
+    asyncio.run(main())

@@ -154,6 +154,21 @@ def record(job: Job, num_gpus: int, batch_size: int, step_time: float, keep: int
     del obs[:-keep]
 
 
+def refresh(job: Job, path: str | Path, keep: int = 200) -> bool:
+    """Reload the job's observations from its `metrics.jsonl` when the file changed (a stat per
+    call otherwise). Live executors call it for every running job before each round."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return False
+    stamp = [st.st_mtime_ns, st.st_size]
+    if job.extra.get("_reports_stamp") == stamp:
+        return False
+    job.extra["_reports_stamp"] = stamp
+    job.extra[REPORTS_KEY] = load_reports(path)[-keep:]
+    return True
+
+
 def load_reports(path: str | Path) -> list[list[float]]:
     """Observations from a job's `metrics.jsonl` (lines without the fields are skipped)."""
     out = []

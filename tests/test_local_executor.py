@@ -331,7 +331,7 @@ def test_torchrun_ddp_job_keeps_ranks_in_sync(tmp_path):
             await wait_for(final(eng, job.id), 120, "the DDP job to end")
             text = ex.logs(job.id)
             assert job.state is JobState.succeeded, job.reason + "\n" + text[-3000:]
-            ranks = dict(re.findall(r"rank (\d)/2 local_rank \d cvd=\S+ checksum=(\S+)", text))
+            ranks = dict(re.findall(r"rank (\d)/2 local_rank \d cvd=[0-9,]+ checksum=(-?[0-9.]+)", text))
             assert set(ranks) == {"0", "1"}, text[-3000:]
             assert ranks["0"] == ranks["1"]
             assert "cvd=1,2 " in text
@@ -349,7 +349,7 @@ def test_horovod_job_allreduces(tmp_path):
             await wait_for(final(eng, job.id), 120, "the Horovod job to end")
             text = ex.logs(job.id)
             assert job.state is JobState.succeeded, job.reason + "\n" + text[-3000:]
-            found = re.findall(r"hvd rank (\d) size 2 allreduce_sum=(\S+)", text)
+            found = re.findall(r"hvd rank (\d) size 2 allreduce_sum=(-?[0-9.]+)", text)
             assert sorted(found) == [("0", "3"), ("1", "3")], text[-3000:]
 
     asyncio.run(main())
@@ -373,7 +373,7 @@ def test_multi_host_torchrun_workers_rendezvous(tmp_path):
                                       text=True, cwd=tmp_path))
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    checks = re.findall(r"rank (\d)/2 local_rank 0 cvd=(\d) checksum=(\S+)", "".join(outs))
+    checks = re.findall(r"rank (\d)/2 local_rank 0 cvd=(\d) checksum=(-?[0-9.]+)", "".join(outs))
     assert sorted(c[:2] for c in checks) == [("0", "0"), ("1", "3")], outs
     assert checks[0][2] == checks[1][2]
 

@@ -40,16 +40,8 @@ class Executor:
         raise NotImplementedError
 
     def advance(self, now: float) -> None:
-        """Called before every round. A simulated executor reports the ends of runs up to `now`;
-        a live one (which reports ends as they happen) picks up the step times its running jobs
-        reported with `schedulearn.elastic.report` — what the goodput policy sizes them by."""
-        job_dir = getattr(self, "job_dir", None)
-        if job_dir is None or self.engine is None:
-            return
-        from ..speedup import refresh
-
-        for job in list(self.engine.running.values()):
-            refresh(job, job_dir(job.id) / "metrics.jsonl")
+        """Called before every round: a simulated executor reports the ends of runs up to `now`;
+        live executors report ends as they happen (see `jobdir.JobDirExecutor.advance`)."""
 
     def next_event_time(self) -> float | None:
         """When the next run ends, if the executor can know it (simulation)."""

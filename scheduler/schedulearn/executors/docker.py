@@ -32,9 +32,8 @@ import os
 import signal
 import socket
 import threading
-import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,9 +41,10 @@ from typing import Any
 
 from .. import joblogs
 from ..model import Allocation, Job, JobSpec, Launcher, Node
-from .base import Executor, ExecutorError
+from .base import ExecutorError
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
-from .launch import SCRIPT_NAME, build_workers
+from .jobdir import CHECKPOINT_DIR, JobDirExecutor
+from .launch import build_workers
 
 log = logging.getLogger("schedulearn.executors.docker")
 
@@ -52,7 +52,6 @@ LABEL_JOB = "schedulearn.job"
 LABEL_RANK = "schedulearn.rank"
 LABEL_RESTART = "schedulearn.restart"
 LABEL_JOBDIR = "schedulearn.jobdir"
-CHECKPOINT_DIR = "checkpoints"
 PULL_POLICIES = ("never", "missing")
 _TAIL_LINES = 60
 
@@ -93,7 +92,7 @@ class _Relaunch:
     cancel: str | None = None
 
 
-class DockerExecutor(Executor):
+class DockerExecutor(JobDirExecutor):
     """Jobs as containers on `hosts` (`name=url,...` or `DockerHost`s; see `hosts.py`).
 
     `image` is the default for jobs whose spec names none; `python` the interpreter inside the
@@ -167,22 +166,9 @@ class DockerExecutor(Executor):
             self._health.start()
 
     # -- paths -------------------------------------------------------------------------------------
-    def job_dir(self, job_id: int) -> Path:
-        return self.job_root / str(job_id)
-
-    def log_path(self, job_id: int) -> Path:
-        return self.job_dir(job_id) / joblogs.LOG_NAME
-
     # -- Executor ----------------------------------------------------------------------------------
     def start(self, job: Job, now: float) -> None:
-        d = self.job_dir(job.id)
-        first = job.restarts == 0 and job.start_time == now
-        if first and d.exists() and any(d.iterdir()):
-            d.rename(d.with_name(f"{job.id}.old-{int(time.time() * 1000)}"))
-        (d / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
-        if job.spec.script is not None:
-            (d / SCRIPT_NAME).write_text(job.spec.script)
-        self._chown(d)
+        self._chown(self.prepare(job, now))
         with self._lock:
             self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
 
@@ -245,13 +231,6 @@ class DockerExecutor(Executor):
         with self._lock:
             run = self._runs.get(job_id)
             return [(w.host, w.cid) for w in run.workers] if run else []
-
-    def logs(self, job_id: int, tail: int | None = None) -> str:
-        return joblogs.tail(self.log_path(job_id), tail)
-
-    def follow(self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1,
-               timeout: float | None = None) -> Iterator[str]:
-        return joblogs.follow(self.log_path(job_id), done or self._done_fn(job_id), interval, timeout=timeout)
 
     def terminate_all(self, grace: float | None = None) -> None:
         """Stop every container and wait for them to be gone, reporting nothing (tests, shutdown)."""

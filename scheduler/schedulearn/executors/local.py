@@ -24,20 +24,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import joblogs
 from ..model import Allocation, Job, JobSpec
-from .base import Executor, ExecutorError
-from .launch import EXIT_CODE_FILE, SCRIPT_NAME, build_workers, check_command, user_command, wrap_exit_code
+from .base import ExecutorError
+from .jobdir import JobDirExecutor
+from .launch import EXIT_CODE_FILE, build_workers, check_command, user_command, wrap_exit_code
 
 log = logging.getLogger("schedulearn.executors.local")
 
 PID_FILE = "pid"
-CHECKPOINT_DIR = "checkpoints"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding `schedulearn`
 
 
@@ -65,7 +65,7 @@ class _Relaunch:
     cancel: str | None = None  # stopped (cancel/preempt) before the relaunch happened
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(JobDirExecutor):
     def __init__(
         self,
         job_root: Path | str,
@@ -89,22 +89,9 @@ class LocalExecutor(Executor):
         self._boot_id = _boot_id()
 
     # -- paths ---------------------------------------------------------------------------------
-    def job_dir(self, job_id: int) -> Path:
-        return self.job_root / str(job_id)
-
-    def log_path(self, job_id: int) -> Path:
-        return self.job_dir(job_id) / joblogs.LOG_NAME
-
     # -- Executor --------------------------------------------------------------------------------
     def start(self, job: Job, now: float) -> None:
-        d = self.job_dir(job.id)
-        first = job.restarts == 0 and job.start_time == now
-        if first and d.exists() and any(d.iterdir()):
-            # left by an earlier server that reused this id without a store: keep it aside
-            d.rename(d.with_name(f"{job.id}.old-{int(time.time() * 1000)}"))
-        (d / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
-        if job.spec.script is not None:
-            (d / SCRIPT_NAME).write_text(job.spec.script)
+        self.prepare(job, now)
         with self._lock:
             self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
 
@@ -162,23 +149,6 @@ class LocalExecutor(Executor):
         with self._lock:
             run = self._runs.get(job_id)
             return run.pid if run is not None else None
-
-    def logs(self, job_id: int, tail: int | None = None) -> str:
-        """The job's log (every run), or its last `tail` lines."""
-        return joblogs.tail(self.log_path(job_id), tail)
-
-    def follow(
-        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1,
-        timeout: float | None = None,
-    ) -> Iterator[str]:
-        """Yield log lines as they come until the job is over (`done`, by default: the engine
-        says the job is final, or, unbound, no run of it is left here)."""
-        return joblogs.follow(self.log_path(job_id), done or self._done_fn(job_id), interval, timeout=timeout)
-
-    def afollow(
-        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1
-    ) -> AsyncIterator[str]:
-        return joblogs.afollow(self.log_path(job_id), done or self._done_fn(job_id), interval)
 
     def terminate_all(self, grace: float | None = None) -> None:
         """Stop every run and wait for them to be gone, reporting nothing (tests, shutdown)."""

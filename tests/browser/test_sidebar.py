@@ -88,10 +88,14 @@ def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_serve
                                                          shot: Any) -> None:
     panel = open_sidebar(lab_page)
     panel.locator(".jp-schedulearn-gpu").first.wait_for()
-    blocker = submit(lab_server, "blocker", 4, gpus=4)  # holds every GPU: the next job must queue
+    blocker = submit(lab_server, "blocker", 300, gpus=4)  # holds every GPU: the next job must queue
     lab_server.wait_job(blocker, {"running"})
     job = submit(lab_server, "t", 3)
     record_states(lab_page, job)
+    # Free the GPUs only once the panel has shown the job queued (a loaded machine must not
+    # let the blocker end before the page starts recording).
+    row(lab_page, job).and_(lab_page.locator('[data-state="queued"]')).wait_for(timeout=60_000)
+    assert lab_server.api("DELETE", f"jobs/{blocker}")[0] == 200
     # While it runs, the GPU grid names it on the GPU it holds.
     lab_page.locator(f'{PANEL} .jp-schedulearn-gpu[data-job-id="{job}"]').wait_for(timeout=60_000)
     row(lab_page, job).and_(lab_page.locator('[data-state="succeeded"]')).wait_for(timeout=60_000)

@@ -4,7 +4,7 @@ Target: `las` on 300 hosts x 8 GPUs in <= 60 s on the 2-core development machine
 time to read the trace, the replay's wall and CPU time, the rounds run, and the metrics.
 
 Run: PYTHONPATH=scheduler python benchmarks/bench_philly.py [--cluster 300x8] [--policy las]
-     [--limit N] [--trace ../shared/traces/philly.csv]
+     [--limit N] [--trace traces/philly.csv]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from schedulearn.sim.traces import load_trace  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default=str(ROOT.parent / "shared" / "traces" / "philly.csv"))
+    ap.add_argument("--trace", default=str(ROOT / "traces" / "philly.csv"))
     ap.add_argument("--cluster", action="append", help="HxG (repeat; default 300x8)")
     ap.add_argument("--policy", action="append", help="policy (repeat; default las)")
     ap.add_argument("--limit", type=int, default=None)

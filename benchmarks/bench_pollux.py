@@ -7,7 +7,7 @@ Simulations run one after another in this process (the profile caches warm up in
 goodput run of a process; its time includes that).
 
     python benchmarks/bench_pollux.py [--workloads 1,2,3,4] [--policies fifo,...,goodput,goodput-attained]
-                                      [--traces ../shared/traces] [--json]
+                                      [--traces traces] [--json]
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="1,2,3,4")
     ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=Path, default=ROOT / "traces")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args()
     workloads = [int(w) for w in args.workloads.split(",")]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "traces"  # in the repository: a plain clone is self-sufficient
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 pytest_plugins = [
@@ -22,8 +22,15 @@ sys.path.insert(0, str(ROOT))
 @pytest.fixture(scope="session")
 def traces() -> Path:
     if not TRACES.is_dir():
-        pytest.fail(f"traces not found at {TRACES} (shared/ must sit beside the project root)")
+        pytest.fail(f"traces not found at {TRACES}")
     return TRACES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that read the traces (`-m traces` selects them: the fresh-clone test)."""
+    for item in items:
+        if "traces" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.traces)
 
 
 def require(condition: bool, why: str) -> None:

@@ -2,13 +2,12 @@
 workload reader (schedulearn.sim.workload).
 
 Expected values are computed by hand from the quoted rows of the profile CSVs
-in scheduler/schedulearn/sim/data/pollux/ (copies of shared/traces/pollux/).
+in scheduler/schedulearn/sim/data/pollux/ (copies of the Pollux artifact's profiles; see its NOTICE).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from schedulearn.sim.apps import (
@@ -18,13 +17,6 @@ from schedulearn.sim.apps import (
     load_profiles,
 )
 from schedulearn.sim.workload import WorkloadJob, is_workload_csv, read_workload
-
-REPO = Path(__file__).resolve().parents[1]
-TRACES = next(
-    (p for p in (REPO.parent / "shared" / "traces", REPO / "shared" / "traces") if p.is_dir()),
-    None,
-)
-needs_traces = pytest.mark.skipif(TRACES is None, reason="shared/traces not present")
 
 
 def eff(sqr: float, var: float, s: float) -> float:
@@ -229,11 +221,10 @@ def test_unknown_application():
 
 
 # --------------------------------------------------------------- workload
-@needs_traces
-def test_read_real_workload():
-    path = TRACES / "pollux" / "workloads" / "workload-1.csv"
+def test_read_real_workload(traces):
+    path = traces / "pollux" / "workloads" / "workload-1.csv"
     assert is_workload_csv(path)
-    assert not is_workload_csv(TRACES / "philly.csv")
+    assert not is_workload_csv(traces / "philly.csv")
     jobs = read_workload(path)
     assert len(jobs) == 160
     # first row: "cifar10-0,107,cifar10,6,2048"

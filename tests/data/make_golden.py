@@ -22,7 +22,7 @@ from schedulearn.sim.simulate import simulate  # noqa: E402
 from schedulearn.sim.traces import TraceJob, load_trace  # noqa: E402
 
 POLICIES = ("fifo", "elastic-fifo", "round-robin", "las")
-PHILLY = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly.csv"
+PHILLY = Path(__file__).resolve().parents[2] / "traces" / "philly.csv"
 
 
 def random_trace(seed: int, n: int, max_gpus: int) -> list[TraceJob]:

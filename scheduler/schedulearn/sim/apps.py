@@ -5,7 +5,7 @@ Each application (``bert``, ``cifar10``, ``deepspeech2``, ``imagenet``, ``ncf``,
 (see ``data/pollux/NOTICE``): ``placements.csv`` and ``scalability.csv`` give
 the time of one optimiser step, ``validation-B.csv`` the statistical progress
 and gradient statistics per epoch.  :class:`AppProfile` turns them into the
-job model of ``shared/traces/README.md`` ("The job model"), which mirrors the
+job model of ``traces/README.md`` ("The job model"), which mirrors the
 published Pollux simulator (petuum/adaptdl, branch ``osdi21-artifact``,
 ``simulator/applications.py`` and ``simulator/simulator.py``).
 

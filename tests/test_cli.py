@@ -101,7 +101,7 @@ def test_simulate_several_policies_table():
     assert fifo[:3] == ["fifo", "8", "11,318"] and fifo[-1] == "78.1%"
     assert lines[3].split()[0] == "las"
     assert len({len(line) for line in lines[1:4]}) == 1  # aligned columns
-    assert p.stderr.count("\n") == 2  # one progress line per policy
+    assert p.stderr.count("\n") == 3  # the settings, then one progress line per policy
 
 
 def test_simulate_interval_and_tick_options():
@@ -116,6 +116,31 @@ def test_simulate_philly_start_and_limit(traces):
             "--start", "2017-10-10 00:00:00", "--limit", "300")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)[0]["jobs"] == 300
+
+
+def test_pollux_workload_defaults_to_its_reference_setup_and_says_so(traces):
+    """A Pollux workload runs by default as published (16x4, 60 s rounds, 30 s restarts): the
+    same figures as with those flags spelled out, and the settings are printed."""
+    w1 = str(traces / "pollux" / "workloads" / "workload-1.csv")
+    plain = cli("simulate", w1, "--policy", "las", "--limit", "40", "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert ("simulate: cluster 16x4, a round every 60 s, tick 60 s, restart penalty 30 s "
+            "(--cluster, --interval, --restart-penalty: the pollux trace format's reference set-up)"
+            ) in plain.stderr.splitlines()
+    spelled = cli("simulate", w1, "--policy", "las", "--limit", "40", "--json", "--cluster", "16x4",
+                  "--interval", "60", "--restart-penalty", "30")
+    assert json.loads(plain.stdout) == json.loads(spelled.stdout)
+    assert "reference set-up" not in spelled.stderr
+    free_restarts = cli("simulate", w1, "--policy", "las", "--limit", "40", "--json",
+                        "--restart-penalty", "0")
+    assert "(--cluster, --interval: the pollux" in free_restarts.stderr  # only what was defaulted
+    assert json.loads(free_restarts.stdout)[0]["avg_jct_s"] < json.loads(plain.stdout)[0]["avg_jct_s"]
+
+
+def test_rigid_traces_have_no_reference_setup():
+    p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--json")
+    line = "simulate: cluster 2x4, a round at every event, tick 60 s, restart penalty 0 s"
+    assert line in p.stderr.splitlines()
 
 
 def test_unknown_policy_lists_the_available_ones():
@@ -141,6 +166,9 @@ def test_malformed_trace_names_file_line_and_field(tmp_path):
     (("simulate", "nope.csv", "--policy", "fifo", "--cluster", "2x4"), "trace: no such file 'nope.csv'"),
     (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--start", "2017-10-01"),
      "--start: only for Philly traces"),
+    (("simulate", SMALL, "--policy", "fifo"), "--cluster: required for rigid and Philly traces"),
+    (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--restart-penalty", "-1"),
+     "argument --restart-penalty: expected seconds >= 0, got '-1'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, expected):

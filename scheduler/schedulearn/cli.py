@@ -27,7 +27,7 @@ RESULT_KEYS = ("policy", "jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespa
 EXAMPLES = """\
 examples:
   schedulearn policies
-  schedulearn simulate ../shared/traces/philly.csv --policy all --cluster 8x8 --limit 2000
+  schedulearn simulate traces/philly.csv --policy all --cluster 8x8 --limit 2000
   schedulearn simulate my-trace.csv --policy las --cluster 4x8 --json
 """
 
@@ -43,10 +43,12 @@ submit; utilisation = busy GPU-seconds / (GPUs x makespan).
 
 examples:
   schedulearn simulate tests/data/small-trace.csv --policy fifo --cluster 2x4
-  schedulearn simulate ../shared/traces/philly.csv --policy all --cluster 8x8 --limit 2000
-  schedulearn simulate ../shared/traces/philly.csv --policy las --cluster 300x8 --json
-  schedulearn simulate ../shared/traces/pollux/workloads/workload-1.csv --policy las \\
-      --cluster 16x4 --interval 60 --restart-penalty 30 --plot jct.png
+  schedulearn simulate traces/philly.csv --policy all --cluster 8x8 --limit 2000
+  schedulearn simulate traces/philly.csv --policy las --cluster 300x8 --json
+  schedulearn simulate traces/pollux/workloads/workload-1.csv --policy las,goodput --plot jct.png
+
+A Pollux workload runs by default in the set-up it was published with: --cluster 16x4
+--interval 60 --restart-penalty 30. The settings used are printed on stderr.
 """
 
 
@@ -75,6 +77,16 @@ def _positive(kind):
     return parse
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
 # -- policies ------------------------------------------------------------------------------------
 def cmd_policies(args: argparse.Namespace) -> int:
     from . import policies
@@ -92,7 +104,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from . import policies
     from .model import parse_cluster
     from .sim.simulate import simulate
-    from .sim.traces import load_trace
+    from .sim.traces import REFERENCE_SETTINGS, load_trace, trace_format
 
     names = list(policies.policy_classes())
     if args.policy == "all":
@@ -102,19 +114,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for name in chosen:
             if name not in names:
                 raise UsageError(f"policy: unknown {name!r}; available: {', '.join(names)}, all")
-    nodes = parse_cluster(args.cluster)
-    plot = _plotter() if args.plot else None
     try:
         trace = load_trace(args.trace, start=args.start, limit=args.limit)
     except (SpecError, ValueError) as e:  # readers' errors are one line: file:line: field: ...
         raise UsageError(str(e)) from None
     if not trace:
         raise UsageError(f"trace: no jobs in {args.trace}" + (" after --start" if args.start else ""))
+    fmt = trace_format(args.trace)
+    reference = REFERENCE_SETTINGS.get(fmt, {})
+    cluster = args.cluster or reference.get("cluster")
+    if cluster is None:
+        raise UsageError("--cluster: required for rigid and Philly traces (H hosts x G GPUs, e.g. 8x8)")
+    interval = args.interval if args.interval is not None else reference.get("interval")
+    penalty = args.restart_penalty
+    if penalty is None:
+        penalty = reference.get("restart_penalty", 0.0)
+    nodes = parse_cluster(cluster)
+    plot = _plotter() if args.plot else None
+    given = {"cluster": args.cluster, "interval": args.interval, "restart_penalty": args.restart_penalty}
+    defaulted = [f"--{k.replace('_', '-')}" for k in reference if given[k] is None]
+    note = f" ({', '.join(defaulted)}: the {fmt} trace format's reference set-up)" if defaulted else ""
     results = []
     for name in chosen:
-        r = simulate(trace, nodes, name, interval=args.interval, tick=args.tick,
-                     restart_penalty=args.restart_penalty, record=bool(args.plot))
+        r = simulate(trace, nodes, name, interval=interval, tick=args.tick,
+                     restart_penalty=penalty, record=bool(args.plot))
         results.append(r)
+        if not args.quiet and len(results) == 1:  # once the trace proved to fit the cluster
+            print(f"simulate: {_settings_line(cluster, interval, args.tick, penalty)}{note}", file=sys.stderr)
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
                   file=sys.stderr, flush=True)
@@ -128,6 +154,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"simulate: plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _settings_line(cluster: str, interval: float | None, tick: float, penalty: float) -> str:
+    rounds = f"a round every {interval:g} s" if interval else "a round at every event"
+    return f"cluster {cluster}, {rounds}, tick {tick:g} s, restart penalty {penalty:g} s"
 
 
 def _plotter():
@@ -175,16 +206,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("trace", help="a trace CSV (rigid, Philly or Pollux workload)")
     p.add_argument("--policy", required=True, metavar="NAME",
                    help="a policy name, several separated by commas, or 'all'")
-    p.add_argument("--cluster", required=True, metavar="HxG", help="H hosts with G GPUs each, e.g. 4x8")
+    p.add_argument("--cluster", metavar="HxG",
+                   help="H hosts with G GPUs each, e.g. 4x8 (default for Pollux workloads: 16x4; "
+                        "required for other traces)")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per policy")
     p.add_argument("--start", metavar="ISO", help="Philly only: skip jobs submitted before this time")
     p.add_argument("--limit", type=_positive(int), metavar="N", help="keep only the first N jobs")
     p.add_argument("--interval", type=_positive(float), metavar="S",
-                   help="schedule only every S seconds (default: at every event)")
+                   help="schedule only every S seconds (default for Pollux workloads: 60; "
+                        "otherwise at every event)")
     p.add_argument("--tick", type=_positive(float), default=60.0, metavar="S",
                    help="how often time-driven policies (las) look again while jobs wait (default 60)")
-    p.add_argument("--restart-penalty", type=float, default=0.0, metavar="S",
-                   help="seconds without progress after each preemption or resize (default 0)")
+    p.add_argument("--restart-penalty", type=_non_negative, metavar="S",
+                   help="seconds without progress after each preemption or resize (default for Pollux "
+                        "workloads: 30; otherwise 0)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_simulate)

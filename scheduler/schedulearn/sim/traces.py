@@ -111,6 +111,27 @@ def read_workload(path: Path) -> list[TraceJob]:
     return [TraceJob(w.submit_time, spec(w), f"{path.name}:{i + 2}") for i, w in enumerate(read(path))]
 
 
+#: The set-up each trace format was published with (`simulate`'s defaults for that format): the
+#: Pollux workloads ran on 16 nodes x 4 GPUs, a round every 60 s, 30 s per restart. Rigid and
+#: Philly traces have none: a cluster must be named, rounds follow events, restarts are free.
+REFERENCE_SETTINGS = {
+    "pollux": {"cluster": "16x4", "interval": 60.0, "restart_penalty": 30.0},
+}
+
+
+def trace_format(path: str | Path) -> str:
+    """`rigid`, `philly` or `pollux` (a Pollux workload), from the header (`unknown` otherwise)."""
+    try:
+        with Path(path).open(newline="") as f:
+            header = [h.strip() for h in next(csv.reader(f), [])]
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
+    for name, known in (("rigid", RIGID_HEADER), ("philly", PHILLY_HEADER), ("pollux", WORKLOAD_HEADER)):
+        if header == known:
+            return name
+    return "unknown"
+
+
 def load_trace(path: str | Path, start: str | None = None, limit: int | None = None) -> list[TraceJob]:
     path = Path(path)
     if not path.is_file():

@@ -62,17 +62,30 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
             parts.append(f"position {position} in the queue")
         parts.append(f"waiting {fmt_seconds(waited(job, now))}")
     else:
-        gpus = job.get("gpus") or 0
-        if state == "running":
-            parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''} {alloc_text(job)}".rstrip())
+        gpus = shown_gpus(job)
+        if state == "running" or job.get("last_alloc"):
+            parts.append(f"{gpus} GPU{'s' if gpus != '1' else ''} {alloc_text(job)}".rstrip())
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
     if state in ("failed", "cancelled") and job.get("reason"):
         parts.append(str(job["reason"]).strip().splitlines()[-1])
     return ", ".join(parts)
 
 
+def shown_gpus(job: dict[str, Any]) -> str:
+    """The GPUs a job holds now, else those it last held (a finished `--gpus auto` job shows what
+    it got, not "auto"), else what it asks for."""
+    if job.get("gpus"):
+        return str(job["gpus"])
+    last = sum(len(idx) for idx in (job.get("last_alloc") or {}).values())
+    if last:
+        return str(last)
+    want = (job.get("spec") or {}).get("gpus")
+    return str(want) if want is not None else "-"
+
+
 def alloc_text(job: dict[str, Any]) -> str:
-    alloc = job.get("alloc") or {}
+    """`(node:0,1)`: where the job runs, or where it last ran."""
+    alloc = job.get("alloc") or job.get("last_alloc") or {}
     if not alloc:
         return ""
     return "(" + " ".join(f"{node}:{','.join(str(i) for i in idx)}" for node, idx in alloc.items()) + ")"
@@ -84,12 +97,9 @@ COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran")
 def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple[str, ...]]:
     rows = []
     for j in jobs:
-        gpus = j.get("gpus") or 0
-        want = (j.get("spec") or {}).get("gpus")
-        gtxt = str(gpus) if j.get("state") == "running" else (str(want) if want is not None else "-")
         rows.append((
             str(j.get("id")), str(j.get("user") or "-"), str(j.get("name", "")), str(j.get("state")),
-            gtxt, fmt_seconds(waited(j, now)), fmt_seconds(ran(j, now)),
+            shown_gpus(j), fmt_seconds(waited(j, now)), fmt_seconds(ran(j, now)),
         ))
     return rows
 

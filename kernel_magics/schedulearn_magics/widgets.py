@@ -134,8 +134,9 @@ def _job_widget_class() -> type:
                     "<pre style='max-height:16em;overflow:auto;margin:0;font-size:85%'>"
                     f"{html.escape(self.log_tail)}</pre>"
                 )
-            if self.state in FINAL_STATES:
+            if self.state in FINAL_STATES:  # nothing left to cancel: no button
                 self.cancel_button.disabled = True
+                self.cancel_button.layout.display = "none"
 
         wants_full_logs = False
 

@@ -54,6 +54,18 @@ export function formatAlloc(alloc: Allocation | undefined): string {
     .join(' ');
 }
 
+/**
+ * The GPUs to show for a job: those it holds now, else those it last held (a finished or
+ * preempted job, from the server's `last_alloc`), else what it asks for (`2`, or `auto`).
+ */
+export function shownGpus(job: IJob): string {
+  if (job.gpus > 0) {
+    return String(job.gpus);
+  }
+  const last = Object.values(job.last_alloc ?? {}).reduce((n, idx) => n + idx.length, 0);
+  return last > 0 ? String(last) : requestedGpus(job);
+}
+
 /** The GPUs a job asked for: `2`, or `auto`. */
 export function requestedGpus(job: IJob): string {
   const g = job.spec?.gpus;

@@ -1,6 +1,6 @@
 /** The jobs table: state, user, GPUs, waited, ran (two lines a job); Cancel and Logs actions. */
 import { h } from './dom';
-import { formatAlloc, formatDuration, isFinal, jobColour, ran, requestedGpus, waited } from './format';
+import { formatAlloc, formatDuration, isFinal, jobColour, ran, shownGpus, waited } from './format';
 import { IJob } from './types';
 
 export interface IJobActions {
@@ -47,8 +47,8 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
       'Logs'
     );
     logs.addEventListener('click', () => actions.logs(job));
-    const gpus = job.gpus > 0 ? String(job.gpus) : requestedGpus(job);
-    const where = formatAlloc(job.alloc);
+    const gpus = shownGpus(job);
+    const where = formatAlloc(job.gpus > 0 ? job.alloc : job.last_alloc ?? {});
     const r = ran(job, now);
     const meta = [
       job.user || '–',
@@ -72,7 +72,7 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
             ' ',
             h('span', { class: 'jp-schedulearn-job-name' }, job.name)
           ),
-          h('div', { class: 'jp-schedulearn-job-meta', title: where ? `on ${where}` : undefined }, meta)
+          h('div', { class: 'jp-schedulearn-job-meta', title: where ? `${meta} · on ${where}` : meta }, meta)
         ),
         h('td', {}, h('span', { class: `jp-schedulearn-state jp-mod-${job.state}` }, job.state)),
         h('td', { class: 'jp-schedulearn-actions' }, logs, isFinal(job.state) ? null : cancel)

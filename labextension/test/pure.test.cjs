@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus } = require('../build-test/format.js');
 const { computeBars } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -36,6 +36,10 @@ test('formatAlloc, requestedGpus, utilisationPercent', () => {
   assert.equal(formatAlloc({ node1: [2], node0: [0, 1], node2: [] }), 'node0:0,1 node1:2');
   assert.equal(requestedGpus(job({ spec: { gpus: 'auto' } })), 'auto');
   assert.equal(requestedGpus(job({ gpus: 2 })), '2');
+  // shown: held now, else last held (a finished --gpus auto job shows what it got), else asked
+  assert.equal(shownGpus(job({ state: 'running', gpus: 3, spec: { gpus: 'auto' } })), '3');
+  assert.equal(shownGpus(job({ state: 'succeeded', spec: { gpus: 'auto' }, last_alloc: { n0: [0, 1], n1: [2] } })), '3');
+  assert.equal(shownGpus(job({ state: 'queued', spec: { gpus: 'auto' } })), 'auto');
   assert.equal(utilisationPercent(0.5), 50);
   assert.equal(utilisationPercent(73), 73);
   assert.equal(utilisationPercent(250), 100);

@@ -120,6 +120,29 @@ def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_serve
     shot(lab_page, "job-log")
 
 
+def test_long_names_wrap_and_finished_auto_jobs_show_the_gpus_they_got(lab_page: Any,
+                                                                        lab_server: LabServer) -> None:
+    """At the default sidebar width a long job name and its details are shown in full (wrapped,
+    not cut off), and a finished `--gpus auto` job shows how many GPUs it ran on, not "auto"."""
+    open_sidebar(lab_page)
+    name = "resnet50-imagenet-baseline-lr0.1-bs256-warmup5-seed42-final"
+    status, job = lab_server.api("POST", "jobs", {"name": name, "script": SLEEP_JOB.format(s=0.5),
+                                                  "gpus": "auto", "min_gpus": 2, "max_gpus": 2})
+    assert status == 201, job
+    done = lab_server.wait_job(job["id"], {"succeeded"})
+    held = sum(len(v) for v in done["last_alloc"].values())
+    assert held == 2, done
+    r = row(lab_page, job["id"])
+    r.and_(lab_page.locator('[data-state="succeeded"]')).wait_for(timeout=60_000)
+    for part in (".jp-schedulearn-job-title", ".jp-schedulearn-job-meta"):
+        el = r.locator(part)
+        clipped = el.evaluate("e => e.scrollWidth > e.clientWidth + 1")
+        assert not clipped, f"{part} is cut off: {el.inner_text()!r}"
+    assert name in r.locator(".jp-schedulearn-job-title").inner_text()
+    meta = r.locator(".jp-schedulearn-job-meta").inner_text()
+    assert "2 GPUs" in meta and "auto" not in meta, meta
+
+
 def gpu_row_prefix(server: LabServer) -> str:
     _, gpus = server.api("GET", "gpus")
     return gpus["nodes"][0]["name"] + ":"

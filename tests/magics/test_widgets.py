@@ -61,6 +61,7 @@ def test_job_widget_follows_queued_running_succeeded(
     assert "step 1" in widget.log_tail and "step 2" in widget.log_tail
     assert "step 2" in widget.logview.value
     assert widget.cancel_button.disabled  # nothing left to cancel
+    assert widget.cancel_button.layout.display == "none"  # and no button shown
     assert handle.result() == "ok"
     blocker.wait(timeout=30)
 
@@ -123,3 +124,18 @@ def test_old_queue_widgets_stop_polling(client: Client) -> None:
         for w in made:
             w.close()
     wait_for(lambda: not any(w.live for w in made), timeout=5, what="closed widgets to stop")
+
+
+def test_gpu_counts_shown_for_running_finished_and_auto_jobs() -> None:
+    """Finished `--gpus auto` jobs show the GPUs they got (their `last_alloc`), not "auto"."""
+    from schedulearn_magics import views
+
+    auto = {"gpus": "auto"}
+    running = {"id": 1, "name": "a", "state": "running", "gpus": 3, "alloc": {"n0": [0, 1, 2]},
+               "last_alloc": {"n0": [0, 1, 2]}, "spec": auto}
+    done = {"id": 2, "name": "b", "state": "succeeded", "gpus": 0, "alloc": {},
+            "last_alloc": {"n0": [0], "n1": [3]}, "spec": auto}
+    waiting = {"id": 3, "name": "c", "state": "queued", "gpus": 0, "alloc": {}, "spec": auto}
+    assert [views.shown_gpus(j) for j in (running, done, waiting)] == ["3", "2", "auto"]
+    assert "2 GPUs (n0:0 n1:3)" in views.status_detail(done, now=0)
+    assert [row[4] for row in views.job_rows([running, done, waiting], now=0)] == ["3", "2", "auto"]

@@ -192,3 +192,46 @@ def test_cli_simulate_plot(tmp_path, capsys):
     assert code == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert '"policy": "goodput"' in capsys.readouterr().out
+
+
+def test_plot_labels_identical_policies_keeps_legends_off_the_curves_and_reads_as_durations(tmp_path):
+    """fifo and elastic-fifo give identical results on rigid jobs here: one curve carries both
+    names (no legend entry points at nothing); legends sit beside the axes; the JCT axis reads as
+    durations; timeline bars carry job names and a colour key lists the jobs."""
+    trace = _workload(tmp_path / "w.csv", ["a,0,cifar10,4,128", "b,100,cifar10,2,128", "c,120,ncf,1,32768"])
+    results = [_run(trace, p, record=True) for p in ("fifo", "las", "goodput")]
+    from schedulearn.sim.plot import fmt_duration, same_results
+
+    groups = [names for names, _ in same_results(results)]
+    fig = make_figure(results)
+    cdf, gantt = fig.axes
+    labels = [line.get_label() for line in cdf.get_lines()]
+    assert len(labels) == len(groups)
+    assert all(" = ".join(g) in lab for g, lab in zip(groups, labels, strict=True))
+    assert sorted(n for g in groups for n in g) == ["fifo", "goodput", "las"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in (cdf, gantt):
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x0 >= ax.get_window_extent(renderer).x1  # beside the axes, not over the curves
+    ticks = [t.get_text() for t in cdf.get_xticklabels() if t.get_text()]
+    assert ticks and all(t.endswith((" s", " min", " h", " d")) for t in ticks), ticks
+    names = {t.get_text() for t in gantt.texts}
+    assert names & {"a", "b", "c"}, names  # job names on the bars
+    key = [t.get_text() for t in gantt.get_legend().get_texts()]
+    assert set(key) <= {"a", "b", "c"} and key
+    assert [fmt_duration(s) for s in (45, 300, 7200, 129600)] == ["45 s", "5 min", "2 h", "1.5 d"]
+
+
+def test_identical_results_share_one_curve(tmp_path):
+    import dataclasses
+
+    from schedulearn.sim.plot import same_results
+
+    trace = _workload(tmp_path / "w.csv", ["a,0,cifar10,4,128", "b,100,cifar10,2,128", "c,120,ncf,1,32768"])
+    fifo, goodput = (_run(trace, p, record=True) for p in ("fifo", "goodput"))
+    twin = dataclasses.replace(fifo, policy="fifo-twin")  # the same jobs, so the same JCTs
+    assert sorted(j.end_time for j in fifo.jobs) != sorted(j.end_time for j in goodput.jobs)
+    assert [names for names, _ in same_results([fifo, goodput, twin])] == [["fifo", "fifo-twin"], ["goodput"]]
+    labels = [line.get_label() for line in make_figure([fifo, goodput, twin]).axes[0].get_lines()]
+    assert labels[0].startswith("fifo = fifo-twin (avg ") and labels[1].startswith("goodput (avg ")

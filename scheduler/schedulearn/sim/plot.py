@@ -1,8 +1,11 @@
 """Figures of simulation results (matplotlib, no display needed).
 
-`plot_results(results, path)` draws two panels: the JCT CDF of every policy, and a GPU timeline
-(Gantt: one row per GPU, a bar per job on it, coloured by job) of one policy (`gantt_policy`;
-by default `goodput` when it is among the results, else the first). The timeline needs
+`plot_results(results, path)` draws two panels: the JCT CDF of every policy (policies with
+identical results share one curve, labelled with all their names), and a GPU timeline (Gantt: one
+row per GPU, a bar per job on it, coloured by job, job names on bars wide enough, a colour key of
+the jobs with the most GPU time) of one policy (`gantt_policy`; by default `goodput` when it is
+among the results, else the first). Times read as durations (`5 min`, `2 h`); legends sit beside
+the axes, never over the curves. The timeline needs
 the allocation history that `simulate(..., record=True)` keeps (`schedulearn simulate --plot`
 asks for it); without it the panel says so.
 """
@@ -17,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator, NullFormatter  # noqa: E402
 
 from .simulate import SimResult  # noqa: E402
 
@@ -45,8 +50,58 @@ def plot_results(results: Sequence[SimResult], path: str | Path, gantt_policy: s
     return path
 
 
+def fmt_duration(seconds: float, _pos: object = None) -> str:
+    """`45 s`, `5 min`, `2 h`, `1.5 d`: axis labels a person reads at a glance."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} d"
+
+
+def same_results(results: Sequence[SimResult]) -> list[tuple[list[str], np.ndarray]]:
+    """The JCTs (sorted) of each group of policies whose JCTs are identical: `[(names, jct)]`,
+    so that one curve carries every name instead of one hiding the others."""
+    groups: list[tuple[list[str], np.ndarray]] = []
+    for r in results:
+        jct = np.sort([j.end_time - j.submit_time for j in r.jobs if j.end_time is not None])
+        for names, other in groups:
+            if other.shape == jct.shape and np.array_equal(other, jct):
+                names.append(r.policy)
+                break
+        else:
+            groups.append(([r.policy], jct))
+    return groups
+
+
+#: 60 distinct colours (tab20, tab20b, tab20c): a job's colour is its id modulo 60.
+_PALETTE = [plt.get_cmap(m)(i) for m in ("tab20", "tab20b", "tab20c") for i in range(20)]
+
+
+def job_colour(job_id: int) -> tuple[float, float, float, float]:
+    return _PALETTE[job_id % len(_PALETTE)]
+
+
+def nice_step(span: float, most: int = 8) -> float:
+    """A tick step in durations people think in, giving at most `most` ticks over `span`."""
+    for step in (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400):
+        if span / step <= most:
+            return float(step)
+    return 86400.0 * max(1, round(span / 86400 / most))
+
+
+#: Where the (log-scale) JCT axis puts its ticks: durations people think in.
+NICE_DURATIONS = (1, 10, 60, 300, 900, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400, 30 * 86400)
+#: Job names are written on timeline bars at least this share of the time axis wide.
+LABEL_MIN_WIDTH = 0.06
+#: The colour key lists at most this many jobs (those with the most GPU time).
+KEY_JOBS = 12
+
+
 def make_figure(results: Sequence[SimResult], gantt_policy: str | None = None) -> plt.Figure:
-    """The figure: JCT CDF (top axes), GPU timeline (bottom axes)."""
+    """The figure: JCT CDF (top axes), GPU timeline (bottom axes); legends beside the axes."""
     if not results:
         raise ValueError("results: expected at least one simulation result")
     names = [r.policy for r in results]
@@ -55,31 +110,55 @@ def make_figure(results: Sequence[SimResult], gantt_policy: str | None = None) -
     default = "goodput" if "goodput" in names else names[0]
     chosen = next(r for r in results if r.policy == (gantt_policy or default))
     fig, (cdf, gantt) = plt.subplots(2, 1, figsize=(11, 9), gridspec_kw={"height_ratios": [1, 1.6]})
+    duration = FuncFormatter(fmt_duration)
 
-    for r in results:
-        jct = np.sort([j.end_time - j.submit_time for j in r.jobs if j.end_time is not None])
+    for group, jct in same_results(results):
         if len(jct):
-            cdf.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post",
-                     label=f"{r.policy} (avg {jct.mean():,.0f} s)")
+            label = " = ".join(group) + f" (avg {fmt_duration(float(jct.mean()))})"
+            cdf.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=label)
     cdf.set_xscale("log")
-    cdf.set_xlabel("job completion time (s)")
+    lo, hi = cdf.get_xlim()
+    cdf.xaxis.set_major_locator(FixedLocator([t for t in NICE_DURATIONS if lo <= t <= hi] or [lo, hi]))
+    cdf.xaxis.set_major_formatter(duration)
+    cdf.xaxis.set_minor_formatter(NullFormatter())
+    cdf.set_xlabel("job completion time")
     cdf.set_ylabel("fraction of jobs")
-    cdf.set_title("JCT CDF")
+    cdf.set_title("JCT CDF (policies with identical results share a curve)")
     cdf.grid(True, which="both", alpha=0.3)
-    cdf.legend(loc="lower right", fontsize="small")
+    cdf.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
 
     rows = [(n.name, g.index) for n in chosen.engine.nodes for g in n.gpus]
     segments = gpu_segments(chosen)
-    colours = plt.get_cmap("tab20")
+    job_names = {j.id: j.spec.name for j in chosen.jobs}
+    span = max((e for bars in segments.values() for _, e, _ in bars), default=1.0)
+    gpu_time: dict[int, float] = {}
+    widest: dict[int, tuple[float, float, int]] = {}  # job -> (width, middle, row) of its widest bar
     for y, gpu in enumerate(rows):
         bars = segments.get(gpu, [])
         if bars:
             gantt.broken_barh([(s, e - s) for s, e, _ in bars], (y - 0.4, 0.8),
-                              facecolors=[colours(job % 20) for _, _, job in bars], linewidth=0)
+                              facecolors=[job_colour(job) for _, _, job in bars], linewidth=0)
+        for s, e, job in bars:
+            gpu_time[job] = gpu_time.get(job, 0.0) + e - s
+            if e - s > widest.get(job, (0.0,))[0]:
+                widest[job] = (e - s, (s + e) / 2, y)
+    for job, (width, middle, y) in widest.items():  # one name a job, on its widest bar
+        if width >= LABEL_MIN_WIDTH * span:
+            gantt.text(middle, y, job_names.get(job, f"#{job}"), ha="center", va="center",
+                       fontsize="xx-small", clip_on=True)
+    keyed = sorted(gpu_time, key=lambda j: (-gpu_time[j], j))[:KEY_JOBS]
+    if keyed:
+        handles = [Patch(color=job_colour(j), label=job_names.get(j, f"#{j}")) for j in keyed]
+        more = len(gpu_time) - len(keyed)
+        gantt.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small",
+                     borderaxespad=0, title=f"jobs (most GPU time{f'; {more} more' if more > 0 else ''})",
+                     title_fontsize="x-small")
+    gantt.xaxis.set_major_locator(MultipleLocator(nice_step(span)))
     gantt.set_ylim(-0.5, len(rows) - 0.5)
     step = max(1, len(rows) // 16)
     gantt.set_yticks(range(0, len(rows), step), [f"{n}:{i}" for n, i in rows[::step]], fontsize="x-small")
-    gantt.set_xlabel("time (s)")
+    gantt.xaxis.set_major_formatter(duration)
+    gantt.set_xlabel("time since the first submission")
     gantt.set_ylabel("GPU")
     title = f"GPU timeline: {chosen.policy}"
     if not chosen.history:

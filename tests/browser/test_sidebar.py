@@ -143,6 +143,56 @@ def test_long_names_wrap_and_finished_auto_jobs_show_the_gpus_they_got(lab_page:
     assert "2 GPUs" in meta and "auto" not in meta, meta
 
 
+CONTRAST_JS = """(panel) => {
+    const rgba = (c) => {
+        const v = c.match(/rgba?\\(([^)]+)\\)/)[1].split(/[ ,\\/]+/).map(Number);
+        return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1];
+    };
+    const over = (top, bottom) => [0, 1, 2].map(i => top[i] * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+    const background = (el) => {
+        const layers = [];
+        for (let e = el; e; e = e.parentElement) {
+            const c = rgba(getComputedStyle(e).backgroundColor);
+            if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+        }
+        return layers.reverse().reduce((acc, c) => over(c, acc), [255, 255, 255, 1]);
+    };
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    const lum = (c) => 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+    const box = document.createElement('div');
+    const samples = ['queued', 'running', 'succeeded', 'failed', 'cancelled'].map(s =>
+        `<span class="jp-schedulearn-state jp-mod-${s}">${s}</span>`).concat([
+        '<span class="jp-schedulearn-badge">virtual</span>',
+        '<span class="jp-schedulearn-badge jp-mod-error">error</span>',
+        '<div class="jp-schedulearn-banner jp-mod-missing">missing</div>',
+        '<div class="jp-schedulearn-banner jp-mod-unreachable">unreachable</div>']);
+    box.innerHTML = samples.join('');
+    panel.appendChild(box);
+    const out = {};
+    for (const el of box.children) {
+        const bg = background(el);
+        const fg = over(rgba(getComputedStyle(el).color), bg);
+        const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+        out[el.className] = (a + 0.05) / (b + 0.05);
+    }
+    box.remove();
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_badges_and_banners_are_readable_in_both_themes(lab_page: Any, theme: str) -> None:
+    """Badge and banner text against its rendered background: contrast >= 4.5:1 (WCAG AA)."""
+    panel = open_sidebar(lab_page)
+    lab_page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
+    lab_page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
+    lab_page.wait_for_timeout(500)  # the theme's stylesheet applied
+    ratios = panel.evaluate(CONTRAST_JS)
+    assert len(ratios) == 9, ratios
+    low = {k: round(v, 2) for k, v in ratios.items() if v < 4.5}
+    assert not low, f"{theme}: contrast below 4.5:1: {low}"
+
+
 def gpu_row_prefix(server: LabServer) -> str:
     _, gpus = server.api("GET", "gpus")
     return gpus["nodes"][0]["name"] + ":"

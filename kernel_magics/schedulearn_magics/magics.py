@@ -204,7 +204,13 @@ class SchedulearnMagics(Magics):
     def _default_name(self) -> str:
         notebook = os.environ.get("JPY_SESSION_NAME", "")
         stem = Path(notebook).stem if notebook else "cell"
-        count = getattr(self.shell, "execution_count", None)
+        # The number the notebook shows as In [N]: ipykernel has already counted the running
+        # cell in `execution_count` (it is N + 1 there); the display hook's count is N in both
+        # ipykernel and terminal IPython.
+        hook = getattr(self.shell, "displayhook", None)
+        count = getattr(hook, "prompt_count", None)
+        if count is None:
+            count = getattr(self.shell, "execution_count", None)
         return f"{stem}[{count}]" if count is not None else stem
 
     # -- following a job ---------------------------------------------------------------------

@@ -159,3 +159,16 @@ def test_autoawait_off_falls_back_to_the_blocking_magic(kernel: tuple[Any, Any])
         assert results == ["'still works'"]
     finally:
         collect_until_reply(kc, kc.execute("%autoawait asyncio"))
+
+
+@pytest.mark.parametrize("options", ["--no-wait", ""])
+def test_default_name_is_the_cell_number_the_notebook_shows(kernel: tuple[Any, Any], client: Client,
+                                                            options: str) -> None:
+    _, kc = kernel
+    drain(kc)
+    msg_id = kc.execute(f"%%schedulearn {options}\n1 + 1")
+    reply, _ = collect_until_reply(kc, msg_id)
+    assert reply["status"] == "ok", reply
+    shown = reply["execution_count"]  # what the notebook prints as In [N]
+    names = [j["name"] for j in client.jobs() if j["name"].startswith("cell[")]
+    assert names[-1] == f"cell[{shown}]", (shown, names)

@@ -9,5 +9,7 @@ export SCHEDULEARN_VIRTUAL_GPUS="${SCHEDULEARN_VIRTUAL_GPUS:-4}"
 args=(--ServerApp.root_dir="$PWD" --ip="${JUPYTER_IP:-127.0.0.1}" --port="${JUPYTER_PORT:-8888}")
 [ "$(id -u)" = 0 ] && args+=(--allow-root)
 [ -n "${CI:-}${NO_BROWSER:-}" ] && args+=(--no-browser)
-echo "==> JupyterLab with Schedulearn: open examples/quickstart.ipynb and the Schedulearn sidebar"
-exec jupyter lab "${args[@]}" "$@" examples/quickstart.ipynb
+# The URL Jupyter prints opens the quickstart notebook (not the Launcher).
+args+=(--LabApp.default_url=/lab/tree/examples/quickstart.ipynb)
+echo "==> JupyterLab with Schedulearn: open the URL below (the quickstart notebook and the Schedulearn sidebar)"
+exec jupyter lab "${args[@]}" "$@"

@@ -31,7 +31,9 @@ def test_run_script_starts_jupyterlab_with_the_scheduler(tmp_path):
         token, deadline = None, time.monotonic() + 90
         while token is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
-            m = re.search(r"/lab\?token=([0-9a-f]+)", (tmp_path / "log.txt").read_text())
+            # the printed URL opens the quickstart, not the Launcher
+            m = re.search(r"/lab/tree/examples/quickstart\.ipynb\?token=([0-9a-f]+)",
+                          (tmp_path / "log.txt").read_text())
             token = m.group(1) if m else None
         assert token, (tmp_path / "log.txt").read_text()[-2000:]
         base = f"http://127.0.0.1:{port}"
@@ -50,6 +52,9 @@ def test_run_script_starts_jupyterlab_with_the_scheduler(tmp_path):
         lab = urllib.request.urlopen(urllib.request.Request(
             f"{base}/lab", headers={"Authorization": f"token {token}"}), timeout=30).read().decode()
         assert "schedulearn-labextension" in lab  # the sidebar is installed and announced to the page
+        page = urllib.request.urlopen(urllib.request.Request(
+            f"{base}/lab/tree/examples/quickstart.ipynb", headers=auth), timeout=30)
+        assert page.status == 200  # the printed URL serves the notebook in JupyterLab
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

@@ -174,6 +174,11 @@ def test_kill_9_mid_round_never_runs_a_job_twice(tmp_path: Path, store: str, req
         server.stop()
         for pid in job_processes(script):
             os.kill(pid, 9)
+    from schedulearn.store import SqlStore
+
+    with SqlStore(url) as s:  # what the kills hit (shown with -s): launches adopted, requeued
+        kinds = [e["kind"] for e in s.events()]
+    print({k: kinds.count(k) for k in ("starting", "started", "adopted", "requeued", "cancelling")})
 
 
 def test_store_down_answers_503_and_changes_nothing(tmp_path: Path, postgres_server, postgres_fresh_url: str):

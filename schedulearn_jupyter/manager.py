@@ -47,6 +47,16 @@ class ApiError(Exception):
             self.status = status
 
 
+def store_failure(e: BaseException) -> bool:
+    """Whether `e` is the store refusing an operation (`schedulearn.store.StoreError`, also as
+    the cause of an engine error): answered 503, nothing was changed."""
+    from schedulearn.engine import StoreWriteFailed
+
+    return isinstance(e, StoreWriteFailed) or any(
+        type(x).__name__ == "StoreError" and type(x).__module__.startswith("schedulearn.store")
+        for x in (e, e.__cause__) if x is not None)
+
+
 class NotFound(ApiError):
     status = 404
 
@@ -386,9 +396,10 @@ class SchedulerManager:
     def _gpus(self) -> dict[str, Any]:
         owner: dict[tuple[str, int], int] = {}
         for job in self.engine.active.values():
-            for node, indices in job.alloc.items():
-                for i in indices:
-                    owner[(node, i)] = job.id
+            for alloc in (job.alloc, job.releasing):  # GPUs being released are not free yet
+                for node, indices in alloc.items():
+                    for i in indices:
+                        owner[(node, i)] = job.id
         return {"nodes": [
             {
                 "name": n.name,
@@ -422,6 +433,8 @@ class SchedulerManager:
         except RuntimeError as e:  # the store refused it (StoreError): nothing was written
             log.error("schedulearn: submit failed: %s", e)
             raise ApiError(str(e), 503) from None
+
+    # (set_policy and cancel raise the store's `StoreError` unchanged: routes answer it 503)
         return job.to_dict(self.engine.clock())
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
@@ -455,7 +468,7 @@ class SchedulerManager:
         n = _as_count("limit", limit)
         jobs = self.engine.jobs.values()  # in id order (restored sorted, then appended)
         if state is not None:
-            if state in ("queued", "running"):
+            if state in ("queued", "starting", "running"):
                 jobs = (j for j in self.engine.active.values() if j.state.value == state)
             else:
                 jobs = (j for j in jobs if j.state.value == state)

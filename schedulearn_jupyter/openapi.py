@@ -27,6 +27,8 @@ def _error(description: str) -> dict[str, Any]:
 _NULLABLE_NUM = {"type": ["number", "null"]}
 _NULLABLE_INT = {"type": ["integer", "null"]}
 
+_ALLOC = {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}}
+
 JOB = {
     "type": "object",
     "required": ["id", "spec", "name", "user", "state", "submit_time", "gpus", "alloc", "restarts",
@@ -41,7 +43,9 @@ JOB = {
         "start_time": _NULLABLE_NUM,
         "end_time": _NULLABLE_NUM,
         "gpus": {"type": "integer", "minimum": 0},
-        "alloc": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+        "alloc": _ALLOC,
+        "last_alloc": {**_ALLOC, "description": "the allocation the job held last (kept after it ends)"},
+        "releasing": {**_ALLOC, "description": "GPUs a shrink gave up, held until the old run exited"},
         "restarts": {"type": "integer", "minimum": 0},
         "exit_code": _NULLABLE_INT,
         "reason": {"type": "string"},

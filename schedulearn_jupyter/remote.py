@@ -88,7 +88,8 @@ class RemoteManager:
                 message = json.loads(resp.body)["error"]
             except (ValueError, KeyError, TypeError):
                 message = f"remote: HTTP {resp.code}"
-            raise ApiError(message, resp.code if resp.code < 500 else 502)
+            # 503: the remote scheduler's store is down (nothing changed, try again): passed on
+            raise ApiError(message, resp.code if resp.code < 500 or resp.code == 503 else 502)
         return resp.body if raw else (json.loads(resp.body) if resp.body else None)
 
     async def policies(self) -> list[dict[str, str]]:

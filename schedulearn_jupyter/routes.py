@@ -11,7 +11,7 @@ from typing import Any
 
 from tornado import iostream, web, websocket
 
-from .manager import ApiError
+from .manager import ApiError, store_failure
 
 log = logging.getLogger("schedulearn.server")
 
@@ -57,10 +57,15 @@ class ApiMixin:
         if isinstance(value, ApiError):
             log.debug("%s %s -> %s %s", self.request.method, self.request.uri, value.status, value)
             return
+        if store_failure(value):  # one line: the store's own message says what failed
+            log.error("%s %s -> 503 %s", self.request.method, self.request.uri, value)
+            return
         super().log_exception(typ, value, tb)  # type: ignore[misc]
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:  # type: ignore[override]
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if exc is not None and not isinstance(exc, ApiError) and store_failure(exc):
+            exc = ApiError(str(exc), 503)  # the store is down: nothing was changed, try again
         if isinstance(exc, ApiError):
             self.set_status(exc.status)
             message = str(exc)

@@ -99,8 +99,8 @@ async def test_submit_get_list_cancel(sl_api, sl_manager):
 async def test_list_jobs_bad_filters(sl_api):
     code, data = await sl_api("GET", "jobs", params={"state": "sleeping"})
     assert code == 400
-    assert data["error"] == ("state: expected one of queued, running, succeeded, failed, cancelled, "
-                             "got 'sleeping'")
+    assert data["error"] == ("state: expected one of queued, starting, running, succeeded, failed, "
+                             "cancelled, got 'sleeping'")
     code, data = await sl_api("GET", "jobs", params={"limit": "-1"})
     assert code == 400 and data["error"].startswith("limit: expected an integer >= 0")
 

@@ -107,7 +107,7 @@ def test_list_jobs_filters(store):
     assert [j.id for j in store.list_jobs(user="bob")] == [1, 3, 5, 7]
     assert [j.id for j in store.list_jobs(user="bob", state="running", limit=1)] == [7]
     assert [j.id for j in store.list_jobs(limit=3)] == [5, 6, 7]
-    with pytest.raises(SpecError, match=r"^state: expected one of queued, running, .*got 'done'$"):
+    with pytest.raises(SpecError, match=r"^state: expected one of queued, starting, running, .*got 'done'$"):
         store.list_jobs(state="done")
     with pytest.raises(SpecError, match=r"^limit: expected an integer >= 0, got -1$"):
         store.list_jobs(limit=-1)
@@ -297,12 +297,13 @@ def test_events_for_a_job_life(store):
     eng.round(40.0)
     eng.executor.advance(100.0)
     life = [(e["kind"], e["t"], e["data"]) for e in store.events(job_id=1)]
-    assert life == [("submitted", 0.0, {}), ("started", 2.0, {"gpus": 2}), ("succeeded", 32.0, {})]
+    assert life == [("submitted", 0.0, {}), ("starting", 2.0, {"run": 0, "alloc": {"node0": [0, 1]}}),
+                    ("started", 2.0, {"gpus": 2}), ("succeeded", 32.0, {})]
     assert [(e["kind"], e["t"]) for e in store.events(job_id=2)] == [
-        ("submitted", 1.0), ("started", 40.0), ("succeeded", 45.0)]
+        ("submitted", 1.0), ("starting", 40.0), ("started", 40.0), ("succeeded", 45.0)]
     (policy,) = [e for e in store.events() if e["job_id"] is None]
     assert policy["kind"] == "policy" and policy["data"] == {"policy": "las"}
     all_ids = [e["id"] for e in store.events()]
-    assert all_ids == sorted(all_ids) and len(all_ids) == 7
+    assert all_ids == sorted(all_ids) and len(all_ids) == 9
     assert [e["kind"] for e in store.events(after=all_ids[-2])] == ["succeeded"]
     assert store.get_job(1).state is JobState.succeeded and store.get_job(1).end_time == 32.0

@@ -13,12 +13,25 @@ sorts them; a policy that never preempts (`Policy.preemptive = False`) sees only
 the walk stops at the first job that cannot fit; what the round itself does (starts, resizes,
 preemptions) does not ask for another round, since the round's outcome is what the policy wants;
 and a tick only runs a round when `Policy.next_change` says time may have changed a decision.
+
+Crash consistency (with a store): what the engine *decides* is written before anything acts on it
+(`_ahead`): a launch is recorded as `starting` (run number and allocation) before the executor
+starts it, a cancel or preemption as `stopping` before the executor stops it, a resize (new
+allocation, run number, GPUs being released) before the executor restarts it, a policy before
+it replaces the one in memory. When that write fails nothing changes (the error goes to the
+caller; a round stops and is retried). What has *happened* (a launch returned, a run exited) is
+applied in memory at once and written after; a failed write is retried before the next round
+(`_resync`). After a crash, `_restore` completes or rolls back each intent: a `starting` job's run
+is adopted when the executor finds it (`Executor.adopt`), else the job goes back to the queue; a
+recorded stop is issued again. Any failure to prepare or launch a job fails that job alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import logging
 import math
 import time
@@ -28,7 +41,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from . import policies
-from .executors.base import Executor, ExecutorError
+from .executors.base import Executor, ExecutorError, launch_failure
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
 from .placement import FreePool, shrink
 from .policies.base import Policy, RoundContext
@@ -54,6 +67,11 @@ class Store(Protocol):
     def add_event(self, job_id: int | None, kind: str, data: dict[str, Any], t: float) -> None: ...
     def get_policy(self) -> str | None: ...
     def set_policy(self, name: str) -> None: ...
+
+
+class StoreWriteFailed(RuntimeError):
+    """Raised by `Engine.round` when the store refused a write: the round did not act on what
+    it could not record (retried at the next wake-up or tick)."""
 
 
 def _transaction(store: Store):
@@ -102,6 +120,7 @@ class Engine:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_id = 1
+        self._unsynced: dict[int, list[tuple[str, dict[str, Any], float]]] = {}  # facts not yet stored
         if executor is None:
             from .sim.executor import SimExecutor
 
@@ -157,21 +176,23 @@ class Engine:
             raise JobFinished(f"job {job_id}: already {job.state.value}")
         now = self.clock() if now is None else now
         if job.state is JobState.queued and job.stopping is None:
-            self._finish(job, JobState.cancelled, None, "cancelled", now)
+            self._finish(job, JobState.cancelled, None, "cancelled", now, ahead=True)
         elif job.stopping != "cancel":
+            self._ahead(job, "cancelling", now, _stopping("cancel"))  # first: a failure changes nothing
             self._untrack(job)
-            job.stopping = "cancel"
             self.executor.stop(job, "cancel", now)
+            self._changed(job, "cancelling", now, stored=True)
         return job
 
     def set_policy(self, name: str) -> Policy:
         """Switch the policy; it takes effect at the next round. Running jobs are untouched."""
         policy = policies.create(name)
+        if self.store is not None:  # first: a failing store leaves the running policy in place
+            with _transaction(self.store):
+                self.store.set_policy(policy.name)
+                self.store.add_event(None, "policy", {"policy": policy.name}, self.clock())
         self.policy = policy
         self._next_change = -math.inf
-        if self.store is not None:
-            self.store.set_policy(policy.name)
-            self.store.add_event(None, "policy", {"policy": policy.name}, self.clock())
         self._emit({"type": "policy", "policy": policy.name})
         self.wake()
         return policy
@@ -184,6 +205,8 @@ class Engine:
         for job in self.active.values():
             if job.alloc:
                 self.pool.take(job.alloc)
+            if job.releasing:
+                self.pool.take(job.releasing)
         self._emit({"type": "inventory"})
         self.wake()
 
@@ -207,6 +230,17 @@ class Engine:
         else:
             self._finish(job, JobState.failed, exit_code, reason or f"exit code {exit_code}", now)
 
+    def run_released(self, job_id: int, now: float | None = None) -> None:
+        """Called by the executor when the old run of a resized job is gone: the GPUs its shrink
+        gave up (`Job.releasing`) return to the free pool."""
+        job = self.jobs.get(job_id)
+        if job is None or not job.releasing:
+            return
+        now = self.clock() if now is None else now
+        freed, job.releasing = job.releasing, {}
+        self.pool.give(freed)
+        self._changed(job, "released", now, gpus=_alloc_data(freed))
+
     # -- the round ---------------------------------------------------------------------------
     def needs_tick(self) -> bool:
         """Whether time alone can change this policy's decisions now."""
@@ -226,13 +260,17 @@ class Engine:
 
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
-        if not self._dirty and not (tick and self._tick_due(now)):
+        if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
             return
+        self._resync()  # what happened but is not stored yet goes first (raises: no round)
         self._dirty = False
         self.rounds += 1
         self._in_round = True
         try:
             self._round(now)
+        except BaseException:
+            self._dirty = True  # try again at the next wake-up or tick
+            raise
         finally:
             self._in_round = False
         self._next_change = None  # worked out at the first tick that asks (`_tick_due`)
@@ -290,60 +328,107 @@ class Engine:
         for job in sorted(losing, key=_ID):
             n = get(job, 0)
             if n == 0:
+                self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
                 self._untrack(job)
-                job.stopping = "preempt"
-                job.restarts += 1
                 self.executor.stop(job, "preempt", now)
             else:
                 keep = shrink(job.alloc, n)
-                self.pool.give(_minus(job.alloc, keep))
-                self._resize(job, keep, now)
+                self._resize(job, keep, now, freed=_minus(job.alloc, keep))
         for job, n in chosen.items():
             if job.state is JobState.queued:
                 self._start(job, n, now)
             elif n > size.get(job.id, n):
                 extra = policy.place(job, n - job.size, self.pool)
                 if extra is not None:
-                    self._resize(job, _plus(job.alloc, extra), now)
+                    try:
+                        self._resize(job, _plus(job.alloc, extra), now)
+                    except BaseException:
+                        self.pool.give(extra)
+                        raise
 
     def _start(self, job: Job, n: int, now: float) -> None:
         alloc = self.policy.place(job, n, self.pool)
         if alloc is None:
             return  # GPUs still held by stopping jobs: the next round places it
+
+        def starting(j: Job) -> None:
+            j.set_alloc(alloc, now)
+            j.state = JobState.starting
+            if j.start_time is None:
+                j.start_time = now
+
+        try:  # the intent first: a crash from here on finds it (`_restore`)
+            self._ahead(job, "starting", now, starting, run=job.restarts, alloc=_alloc_data(alloc))
+        except BaseException:
+            self.pool.give(alloc)
+            raise
         self._untrack(job)
-        job.set_alloc(alloc, now)
-        job.state = JobState.running
-        if job.start_time is None:
-            job.start_time = now
-        self._track(job)
         try:
             self.executor.start(job, now)
-        except ExecutorError as e:
-            self._finish(job, JobState.failed, None, str(e), now)
+        except Exception as e:  # whatever it is, it fails this job alone, and its GPUs are free
+            if not isinstance(e, (ExecutorError, OSError)):  # (those say it all in one line)
+                log.warning("job %s: launch failed", job.id, exc_info=True)
+            self._finish(job, JobState.failed, None, launch_failure(e), now)
             return
+        job.state = JobState.running
+        self._track(job)
         self._changed(job, "started", now, gpus=job.size)
 
-    def _resize(self, job: Job, alloc: Allocation, now: float) -> None:
+    def _resize(self, job: Job, alloc: Allocation, now: float, freed: Allocation | None = None) -> None:
+        """`job` runs on `alloc` from now (a checkpoint-restart by the executor). `freed`: the
+        GPUs a shrink gives up; with an executor that confirms the old run's exit they stay out
+        of the pool (`job.releasing`) until `run_released`."""
         old = job.alloc
-        job.set_alloc(alloc, now)
+        hold = bool(freed) and self.executor.confirms_release
+
+        def resized(j: Job) -> None:
+            j.set_alloc(alloc, now)
+            j.restarts += 1
+            if hold:
+                j.releasing = _plus(j.releasing, freed)
+
+        self._ahead(job, "resized", now, resized, run=job.restarts + 1, gpus=len(_flat(alloc)),
+                    alloc=_alloc_data(alloc), releasing=_alloc_data(freed) if hold else {})
+        if freed and not hold:
+            self.pool.give(freed)
         if job.id in self._gpus:
             self._held += job.size - self._gpus[job.id]
             self._gpus[job.id] = job.size
-        job.restarts += 1
         self.executor.resize(job, old, now)
-        self._changed(job, "resized", now, gpus=job.size)
+        self._changed(job, "resized", now, stored=True, gpus=job.size)
 
     def _release(self, job: Job, now: float) -> None:
+        held = _plus(job.alloc, job.releasing) if job.releasing else job.alloc
+        if held:
+            self.pool.give(held)
         if job.alloc:
-            self.pool.give(job.alloc)
             job.set_alloc({}, now)
+        job.releasing = {}
 
-    def _finish(self, job: Job, state: JobState, code: int | None, reason: str, now: float) -> None:
-        self._untrack(job)
-        self._release(job, now)
-        job.state, job.exit_code, job.reason, job.end_time = state, code, reason, now
+    def _finish(self, job: Job, state: JobState, code: int | None, reason: str, now: float,
+                ahead: bool = False) -> None:
+        """End `job`. `ahead`: a decision (a cancel), written before memory changes; else a fact
+        (an exit), applied at once and written after."""
+        def final(j: Job) -> None:
+            j.state, j.exit_code, j.reason, j.end_time = state, code, reason, now
+
+        if ahead and self.store is not None:
+            def ended(j: Job) -> None:
+                if j.alloc:
+                    j.set_alloc({}, now)
+                final(j)
+
+            held = job.alloc
+            self._ahead(job, state.value, now, ended)
+            self._untrack(job)
+            if held:
+                self.pool.give(held)
+        else:
+            self._untrack(job)
+            self._release(job, now)
+            final(job)
         self.active.pop(job.id, None)
-        self._changed(job, state.value, now)
+        self._changed(job, state.value, now, stored=ahead and self.store is not None)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _track(self, job: Job) -> None:
@@ -372,10 +457,52 @@ class Engine:
             del self._qjobs[i]
             self._queued_gpus -= job.spec.requested
 
-    def _changed(self, job: Job, kind: str, now: float, **data: Any) -> None:
-        if self.store is not None and kind != "submitted":  # submit() stored those itself
+    def _ahead(self, job: Job, kind: str, now: float, change: Callable[[Job], None], **data: Any) -> None:
+        """Write-ahead: store `job` as `change` leaves it (and a `kind` event), then apply `change`
+        in memory. A store failure raises and changes nothing."""
+        if self.store is None:
+            change(job)
+            return
+        new = copy.copy(job)
+        change(new)
+        if job.id in self._unsynced:  # older facts of this job go first, in the same transaction
+            with _transaction(self.store):
+                self._store_job(new, self._unsynced[job.id] + [(kind, data, now)])
+            del self._unsynced[job.id]
+        else:
+            self._store_job(new, [(kind, data, now)])
+        for name in _JOB_FIELDS:
+            setattr(job, name, getattr(new, name))
+
+    def _store_job(self, job: Job, events: list[tuple[str, dict[str, Any], float]]) -> None:
+        assert self.store is not None
+        with _transaction(self.store):
             self.store.update_job(job)
-            self.store.add_event(job.id, kind, data, now)
+            for kind, data, t in events:
+                self.store.add_event(job.id, kind, data, t)
+
+    def _resync(self) -> None:
+        """Store the facts whose writes failed (oldest first); raise while the store fails."""
+        for job_id, events in list(self._unsynced.items()):
+            try:
+                self._store_job(self.jobs[job_id], events)
+            except Exception as e:
+                raise StoreWriteFailed(f"store: cannot record job {job_id} yet: {_line(e)}") from e
+            del self._unsynced[job_id]
+            log.info("job %s: its state is stored again", job_id)
+
+    def _changed(self, job: Job, kind: str, now: float, stored: bool = False, **data: Any) -> None:
+        if self.store is not None and kind != "submitted" and not stored:  # submit() stored those itself
+            if job.id in self._unsynced:
+                self._unsynced[job.id].append((kind, data, now))
+            else:
+                try:
+                    self._store_job(job, [(kind, data, now)])
+                except Exception as e:  # it happened all the same: kept, and written before the next round
+                    log.warning("job %s: %s not stored yet (retried before the next round): %s",
+                                job.id, kind, _line(e))
+                    self._unsynced[job.id] = [(kind, data, now)]
+                    self._dirty = True
         if self.listeners:
             self._emit({"type": "job", "event": kind, "job": job.to_dict(now)})
         if not (self._in_round and kind in _ROUND_OWN):
@@ -389,18 +516,53 @@ class Engine:
                 log.exception("event listener failed")
 
     def _restore(self, jobs: list[Job]) -> None:
-        lost = []
+        """Rebuild from the store after a (re)start, completing or rolling back the intents a
+        crash left: a `starting` job's run is adopted when the executor finds it, else the job
+        is queued again; a recorded stop (cancel, preemption) is issued again."""
+        lost, starting = [], []
         for job in sorted(jobs, key=lambda j: j.id):
             self.jobs[job.id] = job
             self._next_id = max(self._next_id, job.id + 1)
             if not job.state.final:
                 self.active[job.id] = job
-                self._track(job)
                 if job.alloc:
                     self.pool.take(job.alloc)
+                if job.releasing:
+                    self.pool.take(job.releasing)
+                if job.state is JobState.starting:
+                    starting.append(job)
+                    continue
+                self._track(job)
+                if job.alloc:
                     lost.append(job)
+        now = self.clock()
+        for job in starting:
+            self._resume_start(job, now)
         if lost:
             self.executor.recover(lost)
+        for job in lost:
+            if job.stopping is not None and not job.state.final:
+                self.executor.stop(job, job.stopping, now)
+
+    def _resume_start(self, job: Job, now: float) -> None:
+        job.state = JobState.running  # what the executor re-attaches to, if it finds the run
+        try:
+            adopted = self.executor.adopt(job)
+        except Exception as e:  # cannot tell: starting it again could run it twice
+            log.warning("job %s: could not look for its run after the restart: %s", job.id, _line(e))
+            self._finish(job, JobState.failed, None, f"lost on restart: {_line(e)}", now)
+            return
+        if job.state.final:  # the adopted run had ended already, and reported it
+            return
+        if adopted:
+            self._track(job)
+            self._changed(job, "adopted", now, run=job.restarts)
+            return
+        # nothing of that run is running: back to the queue, the next round starts it
+        self._release(job, now)
+        job.state = JobState.queued
+        self._track(job)
+        self._changed(job, "requeued", now, reason="its launch was cut short by a restart")
 
     def wake(self) -> None:
         """Ask for a round soon (thread-safe)."""
@@ -426,8 +588,11 @@ class Engine:
             self.executor.advance(now)
             try:
                 self.round(now, tick=tick)
-            except Exception:
-                log.exception("scheduling round failed; the loop goes on")
+            except Exception as e:
+                if isinstance(e, StoreWriteFailed) or _is_store_error(e):
+                    log.warning("scheduling round stopped, retried at the next tick: %s", _line(e))
+                else:
+                    log.exception("scheduling round failed; the loop goes on")
             tick = not await clock.wait(self)
 
     def close(self) -> None:
@@ -460,6 +625,35 @@ class RealClock:
 
 _ID = attrgetter("id")
 _ROUND_OWN = frozenset({"started", "resized", "preempted"})
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
+def _stopping(why: str) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        job.stopping = why
+    return change
+
+
+def _preempting(job: Job) -> None:
+    job.stopping = "preempt"
+    job.restarts += 1
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _is_store_error(e: BaseException) -> bool:
+    return any(type(x).__name__ == "StoreError" for x in (e, e.__cause__) if x is not None)
+
+
+def _alloc_data(alloc: Allocation | None) -> dict[str, list[int]]:
+    return {k: list(v) for k, v in (alloc or {}).items()}
+
+
+def _flat(alloc: Allocation) -> list[tuple[str, int]]:
+    return [(k, i) for k, v in alloc.items() for i in v]
 
 
 def _minus(a: Allocation, b: Allocation) -> Allocation:

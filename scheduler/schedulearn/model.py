@@ -28,7 +28,12 @@ class Launcher(str, enum.Enum):
 
 
 class JobState(str, enum.Enum):
+    """`starting` is the write-ahead record of a launch: the store holds the run number
+    (`restarts`) and the allocation before the executor acts; it becomes `running` once the
+    launch returned (or is adopted / rolled back to `queued` after a crash)."""
+
     queued = "queued"
+    starting = "starting"
     running = "running"
     succeeded = "succeeded"
     failed = "failed"
@@ -230,6 +235,11 @@ class Job:
     batch_size: int | None = None  # current global batch size (elastic simulation)
     stopping: str | None = None  # 'preempt' | 'cancel' while the executor stops it
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the allocation the job held last (kept after it ends; equals `alloc` while it has one)
+    last_alloc: Allocation = field(default_factory=dict)
+    #: GPUs given up by a shrink whose old run has not exited yet (out of the free pool until
+    #: the executor confirms the exit)
+    releasing: Allocation = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -248,6 +258,8 @@ class Job:
         self.run_base = self.run_time(now)
         self.since = now
         self.alloc = alloc
+        if alloc:
+            self.last_alloc = alloc
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         t = self.end_time if self.end_time is not None else now
@@ -262,6 +274,8 @@ class Job:
             "end_time": self.end_time,
             "gpus": self.size,
             "alloc": {k: list(v) for k, v in self.alloc.items()},
+            "last_alloc": {k: list(v) for k, v in self.last_alloc.items()},
+            "releasing": {k: list(v) for k, v in self.releasing.items()},
             "restarts": self.restarts,
             "exit_code": self.exit_code,
             "reason": self.reason,

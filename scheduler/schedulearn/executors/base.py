@@ -21,8 +21,21 @@ class ExecutorError(RuntimeError):
     """A job could not be started (bad image, host down...): the job fails with this reason."""
 
 
+def launch_failure(e: BaseException) -> str:
+    """The one-line reason of a job whose launch raised `e`."""
+    text = str(e).strip().splitlines()
+    line = text[0] if text else type(e).__name__
+    if isinstance(e, ExecutorError):
+        return line
+    if isinstance(e, OSError) and e.strerror:
+        return f"could not start: {e.strerror}" + (f": {e.filename}" if e.filename else "")
+    return f"could not start: {type(e).__name__}: {line}"
+
+
 class Executor:
     engine: Engine | None = None
+    #: `resize` reports the end of the old run through `engine.run_released` (live executors)
+    confirms_release: bool = False
 
     def bind(self, engine: Engine) -> None:
         self.engine = engine
@@ -52,6 +65,12 @@ class Executor:
         for job in jobs:
             if self.engine is not None:
                 self.engine.job_exited(job.id, -1, "lost on restart")
+
+    def adopt(self, job: Job) -> bool:
+        """After a restart, for a job recorded as `starting`: True if its run `job.restarts`
+        started (it is re-attached, or its end is reported), False if no process of that run
+        ever ran user code (the engine queues the job again)."""
+        return False
 
     def close(self) -> None:
         """Release resources (not the jobs: they go on running where that is possible)."""

@@ -41,7 +41,7 @@ from typing import Any
 
 from .. import joblogs
 from ..model import Allocation, Job, JobSpec, Launcher, Node
-from .base import ExecutorError
+from .base import ExecutorError, launch_failure
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
 from .jobdir import CHECKPOINT_DIR, JobDirExecutor
 from .launch import build_workers
@@ -99,6 +99,8 @@ class DockerExecutor(JobDirExecutor):
     image; `volumes` extra binds (`"/src:/dst:ro"`); `env` variables every container gets;
     `user` an optional `uid[:gid]` to run as (the job directory is chowned to it when the
     scheduler runs as root)."""
+
+    confirms_release = True  # a resize reports its old containers' end (`engine.run_released`)
 
     def __init__(
         self,
@@ -208,6 +210,23 @@ class DockerExecutor(JobDirExecutor):
                 continue
             if run is None:
                 self._report(job.id, -1, "lost on restart")
+            elif run.restarts < job.restarts and job.stopping is None:
+                # a resize was recorded and its old containers still run: finish the resize
+                with self._lock:
+                    run.superseded, run.stopping = True, "resize"
+                    self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
+                threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}",
+                                 daemon=True).start()
+
+    def adopt(self, job: Job) -> bool:
+        mine = [(n, c) for n, c in self._find(job) if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
+        if not mine:
+            return False
+        if any(c.get("State") == "created" for _, c in mine):  # cut short before every worker started
+            for name, c in mine:
+                self._remove(_Worker(name, -1, c["Id"]))
+            return False
+        return self._reattach(job) is not None
 
     def close(self) -> None:
         """Stop reporting and following; the containers go on running (`recover` finds them)."""
@@ -643,13 +662,16 @@ class DockerExecutor(JobDirExecutor):
                 code = next((x.code for x in run.workers if x.code), 0) or -15
                 self._report(job_id, code, "cancelled" if nxt.cancel == "cancel" else "preempted")
                 return
+            if self.engine is not None:
+                self._on_loop(self.engine.run_released, job_id)
             try:
                 self._runs[job_id] = self._launch(job_id, nxt.spec, nxt.alloc, nxt.restarts)
-            except ExecutorError as e:
-                self._report(job_id, 127, str(e))
+            except Exception as e:  # noqa: BLE001 - whatever it is, the job fails with it
+                self._report(job_id, 127, launch_failure(e))
 
     # -- re-attaching after a restart ----------------------------------------------------------------
-    def _reattach(self, job: Job) -> _Run | None:
+    def _find(self, job: Job) -> list[tuple[str, dict]]:
+        """(host, container) of every container of `job` on its allocation's hosts."""
         d = str(self.job_dir(job.id))
         found: list[tuple[str, dict]] = []
         for name in job.alloc:
@@ -660,6 +682,10 @@ class DockerExecutor(JobDirExecutor):
                     all=True, filters={"label": [f"{LABEL_JOB}={job.id}", f"{LABEL_JOBDIR}={d}"]})]
             except Exception as e:  # noqa: BLE001
                 raise self._host_down(name, e) from None
+        return found
+
+    def _reattach(self, job: Job) -> _Run | None:
+        found = self._find(job)
         if not found:
             return None
         latest = max(int(c["Labels"].get(LABEL_RESTART, 0)) for _, c in found)

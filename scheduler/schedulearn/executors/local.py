@@ -10,7 +10,14 @@ One thread per running job waits for its process (`waitid` for our children, a p
 re-attached after a restart): nothing polls while jobs run. Exits go to the engine on its event
 loop (`call_soon_threadsafe`). Stop = SIGTERM to the group, `cancel_grace` seconds, SIGKILL.
 Resize = the same stop, then a relaunch at the new size in the same directory with
-`SCHEDULEARN_RESTART_COUNT` = `job.restarts`; the stopped run's exit is not the job's exit.
+`SCHEDULEARN_RESTART_COUNT` = `job.restarts`; the stopped run's exit is not the job's exit, it is
+reported as `engine.run_released` (the GPUs a shrink gave up are free from then on).
+
+Crash consistency: a run's process starts behind a gate — a `/bin/sh` that waits for one line on
+its stdin (a pipe from this executor) before it execs the job. The line is written only after
+the `pid` file is; if the server dies first the pipe closes and the gate exits without running
+anything. So a run that ever ran user code always has its `pid` file, and after a restart
+`adopt` either re-attaches to it or knows that it never ran (the engine then starts it again).
 """
 
 from __future__ import annotations
@@ -31,9 +38,13 @@ from pathlib import Path
 
 from .. import joblogs
 from ..model import Allocation, Job, JobSpec
-from .base import ExecutorError
+from .base import ExecutorError, launch_failure
 from .jobdir import JobDirExecutor
 from .launch import EXIT_CODE_FILE, build_workers, check_command, user_command, wrap_exit_code
+
+#: the gate's exit status when its pipe closed before the go-ahead (the run never started)
+GATE_CLOSED = 75
+_GATE = ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; exec "$@" </dev/null', "schedulearn-gate"]
 
 log = logging.getLogger("schedulearn.executors.local")
 
@@ -66,6 +77,8 @@ class _Relaunch:
 
 
 class LocalExecutor(JobDirExecutor):
+    confirms_release = True
+
     def __init__(
         self,
         job_root: Path | str,
@@ -124,12 +137,47 @@ class LocalExecutor(JobDirExecutor):
 
     def recover(self, jobs: list[Job]) -> None:
         for job in jobs:
+            info = self._pid_info(job.id)
+            if (info is not None and int(info.get("restarts", 0)) < job.restarts and job.stopping is None
+                    and not self._alive(info)):  # a resize was recorded and its old run is gone
+                self._call(self.engine.run_released if self.engine is not None else None, job.id)
+                with self._lock:
+                    try:
+                        self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
+                    except Exception as e:  # noqa: BLE001
+                        self._report(job.id, 127, launch_failure(e))
+                continue
             run = self._reattach(job)
             if run is None:
                 continue
+            resizing = run.restarts < job.restarts and job.stopping is None
+            with self._lock:
+                self._runs[job.id] = run
+                if resizing:  # a resize was recorded, its old run still goes: finish the resize
+                    run.superseded, run.stopping = True, "resize"
+                    self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
+            threading.Thread(target=self._watch, args=(run,), name=f"watch-{job.id}", daemon=True).start()
+            if resizing:
+                threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}",
+                                 daemon=True).start()
+
+    def adopt(self, job: Job) -> bool:
+        info = self._pid_info(job.id)
+        if info is None or int(info.get("restarts", -1)) != job.restarts:
+            return False  # the gate never opened for this run: nothing of it ran
+        if self._alive(info):
+            run = self._reattach(job)
+            if run is None:
+                return False
             with self._lock:
                 self._runs[job.id] = run
             threading.Thread(target=self._watch, args=(run,), name=f"watch-{job.id}", daemon=True).start()
+            return True
+        code = _read_exit_code(self.job_dir(job.id) / EXIT_CODE_FILE)
+        if code is None or info.get("boot_id") != self._boot_id:
+            return False  # its pid file was written but the gate closed (or the host rebooted)
+        self._reattach(job)  # ended while the server was down: reports that exit
+        return True
 
     def close(self) -> None:
         """Stop reporting; the jobs go on running (a new executor can `recover` them)."""
@@ -197,16 +245,28 @@ class LocalExecutor(JobDirExecutor):
             logf.flush()
             try:
                 popen = subprocess.Popen(
-                    wrap_exit_code(worker.argv, exit_file), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                    [*_GATE, *wrap_exit_code(worker.argv, exit_file)], cwd=cwd, env=env,
+                    stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+                    close_fds=True)
             except OSError as e:
                 raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
+        assert popen.stdin is not None
         run = _Run(job_id, popen.pid, restarts, popen)
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
                 "restarts": restarts, "argv": worker.argv}
-        tmp = d / (PID_FILE + ".tmp")
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, d / PID_FILE)
+        try:  # the pid file first: a run that may ever run user code can be found after a crash
+            tmp = d / (PID_FILE + ".tmp")
+            tmp.write_text(json.dumps(info))
+            os.replace(tmp, d / PID_FILE)
+        except BaseException:
+            popen.stdin.close()  # the gate sees the pipe close and exits without running the job
+            popen.wait()
+            raise
+        try:
+            popen.stdin.write(b"go\n")
+            popen.stdin.close()
+        except OSError:  # the gate is gone already (killed): its watcher reports the exit
+            pass
         threading.Thread(target=self._watch, args=(run,), name=f"watch-{job_id}", daemon=True).start()
         return run
 
@@ -219,10 +279,11 @@ class LocalExecutor(JobDirExecutor):
                 code = run.code if run.code is not None else -15
                 self._report(job_id, code, _stopped_reason(nxt.cancel, run))
                 return
+            self._call(self.engine.run_released if self.engine is not None else None, job_id)
             try:
                 self._runs[job_id] = self._launch(job_id, nxt.spec, nxt.alloc, nxt.restarts)
-            except ExecutorError as e:
-                self._report(job_id, 127, str(e))
+            except Exception as e:  # noqa: BLE001 - whatever it is, the job fails with it
+                self._report(job_id, 127, launch_failure(e))
 
     # -- watching and stopping ---------------------------------------------------------------------
     def _watch(self, run: _Run) -> None:
@@ -309,17 +370,21 @@ class LocalExecutor(JobDirExecutor):
         return last or f"exit code {code}"
 
     def _report(self, job_id: int, code: int, reason: str) -> None:
+        self._call(self.engine.job_exited if self.engine is not None else None, job_id, code, reason)
+
+    def _call(self, fn: Callable[..., None] | None, *args: object) -> None:
+        """Call the engine back (`fn`) on its event loop, from whatever thread."""
         engine = self.engine
-        if engine is None or self._closed:
+        if fn is None or engine is None or self._closed:
             return
         loop = engine._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(engine.job_exited, job_id, code, reason)
+                loop.call_soon_threadsafe(fn, *args)
                 return
             except RuntimeError:  # closed in between
                 pass
-        engine.job_exited(job_id, code, reason)
+        fn(*args)
 
     def _done_fn(self, job_id: int) -> Callable[[], bool]:
         engine = self.engine
@@ -332,17 +397,27 @@ class LocalExecutor(JobDirExecutor):
         return done
 
     # -- re-attaching after a restart --------------------------------------------------------------
+    def _pid_info(self, job_id: int) -> dict | None:
+        try:
+            info = json.loads((self.job_dir(job_id) / PID_FILE).read_text())
+            int(info["pid"]), info["start_time"]  # noqa: B018 - both must be there
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _alive(self, info: dict) -> bool:
+        pid, started = int(info["pid"]), info["start_time"]
+        return (info.get("boot_id") == self._boot_id and started is not None
+                and _start_time(pid) == started and not _is_zombie(pid))
+
     def _reattach(self, job: Job) -> _Run | None:
         d = self.job_dir(job.id)
-        try:
-            info = json.loads((d / PID_FILE).read_text())
-            pid, started = int(info["pid"]), info["start_time"]
-        except (OSError, ValueError, KeyError, TypeError):
+        info = self._pid_info(job.id)
+        if info is None:
             self._report(job.id, -1, "lost on restart")
             return None
-        alive = (info.get("boot_id") == self._boot_id and started is not None
-                 and _start_time(pid) == started and not _is_zombie(pid))
-        if alive:
+        pid = int(info["pid"])
+        if self._alive(info):
             with open(self.log_path(job.id), "ab") as f:
                 f.write(f"{joblogs.MARKER} re-attached to run #{info.get('restarts', 0)} "
                         f"(pid {pid}) ===\n".encode())

@@ -11,7 +11,8 @@ from sqlalchemy.dialects import postgresql
 #: database may hold other applications' Alembic histories).
 VERSION_TABLE = "schedulearn_alembic_version"
 
-STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+STATES = ("queued", "starting", "running", "succeeded", "failed", "cancelled")
+STATE_CHECK = "state IN (" + ", ".join(f"'{s}'" for s in STATES) + ")"
 
 #: JSON everywhere, JSONB on PostgreSQL.
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -47,7 +48,9 @@ jobs = sa.Table(
     sa.Column("user", sa.String(200), nullable=False),
     sa.Column("name", sa.String(200), nullable=False),
     sa.Column("extra", Json, nullable=False),  # the JSON-able part of Job.extra
-    sa.CheckConstraint("state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="state"),
+    sa.Column("last_alloc", Json, nullable=False, server_default=sa.text("'{}'")),  # kept after the end
+    sa.Column("releasing", Json, nullable=False, server_default=sa.text("'{}'")),  # a shrink's old GPUs
+    sa.CheckConstraint(STATE_CHECK, name="state"),
     sa.CheckConstraint("restarts >= 0", name="restarts"),
     sa.Index("ix_jobs_state", "state"),
     sa.Index("ix_jobs_user", "user"),

@@ -2,7 +2,8 @@
 SQLAlchemy URL otherwise (PostgreSQL: `postgresql+psycopg://user:pw@host/db`).
 
 After a restart the store is the source of truth: `load_jobs` rebuilds every `Job` exactly
-(spec, state, times, allocation, service accounting, restarts, exit, batch size, `stopping`),
+(spec, state, times, allocation, last allocation, GPUs being released, service accounting,
+restarts, exit, batch size, `stopping`),
 so an `Engine` opened on it resumes its queue in the same order and re-attaches running jobs.
 
 What of `Job.extra` is kept: entries whose key does not start with `_` and whose value is plain
@@ -86,7 +87,7 @@ def _mutable(job: Job) -> dict[str, Any]:
         "state": job.state.value,
         "start_time": job.start_time,
         "end_time": job.end_time,
-        "alloc": {k: list(v) for k, v in job.alloc.items()},
+        "alloc": _alloc_json(job.alloc),
         "attained_base": job.attained_base,
         "run_base": job.run_base,
         "since": job.since,
@@ -96,7 +97,17 @@ def _mutable(job: Job) -> dict[str, Any]:
         "batch_size": job.batch_size,
         "stopping": job.stopping,
         "extra": persisted_extra(job.extra),
+        "last_alloc": _alloc_json(job.last_alloc),
+        "releasing": _alloc_json(job.releasing),
     }
+
+
+def _alloc_json(alloc: dict[str, tuple[int, ...]]) -> dict[str, list[int]]:
+    return {k: list(v) for k, v in alloc.items()}
+
+
+def _alloc_of(text: str) -> dict[str, tuple[int, ...]]:
+    return {} if text == "{}" else {k: tuple(v) for k, v in json.loads(text).items()}
 
 
 _c = jobs_t.c
@@ -105,14 +116,15 @@ _c = jobs_t.c
 _JOB_COLUMNS = (
     _c.id, sa.cast(_c.spec, sa.Text), _c.submit_time, _c.state, sa.cast(_c.alloc, sa.Text), _c.start_time,
     _c.end_time, _c.attained_base, _c.run_base, _c.since, _c.restarts, _c.exit_code, _c.reason,
-    _c.batch_size, _c.stopping, sa.cast(_c.extra, sa.Text),
+    _c.batch_size, _c.stopping, sa.cast(_c.extra, sa.Text), sa.cast(_c.last_alloc, sa.Text),
+    sa.cast(_c.releasing, sa.Text),
 )
 _STATE_OF = {s.value: s for s in JobState}
 
 
 def _job_of(row: Any) -> Job:
     (job_id, spec, submit_time, state, alloc, start_time, end_time, attained_base, run_base, since,
-     restarts, exit_code, reason, batch_size, stopping, extra) = row
+     restarts, exit_code, reason, batch_size, stopping, extra, last_alloc, releasing) = row
     try:
         spec = JobSpec.model_validate_json(spec)
     except Exception as e:
@@ -123,7 +135,7 @@ def _job_of(row: Any) -> Job:
         spec=spec,
         submit_time=submit_time,
         state=_STATE_OF[state],
-        alloc={} if alloc == "{}" else {k: tuple(v) for k, v in json.loads(alloc).items()},
+        alloc=_alloc_of(alloc),
         start_time=start_time,
         end_time=end_time,
         attained_base=attained_base,
@@ -135,6 +147,8 @@ def _job_of(row: Any) -> Job:
         batch_size=batch_size,
         stopping=stopping,
         extra={} if extra == "{}" else json.loads(extra),
+        last_alloc=_alloc_of(last_alloc),
+        releasing=_alloc_of(releasing),
     )
 
 
@@ -151,7 +165,7 @@ _UPDATE_JOB = (
     .where(jobs_t.c.id == sa.bindparam("_id"))
     .values({c: sa.bindparam(c) for c in (
         "state", "start_time", "end_time", "alloc", "attained_base", "run_base", "since", "restarts",
-        "exit_code", "reason", "batch_size", "stopping", "extra")})
+        "exit_code", "reason", "batch_size", "stopping", "extra", "last_alloc", "releasing")})
 )
 _INSERT_EVENT = sa.insert(events_t)
 _SELECT_JOBS = sa.select(*_JOB_COLUMNS).order_by(jobs_t.c.id)

@@ -1,0 +1,342 @@
+"""Crash consistency of the engine with real stores and the real local executor (issue 16 1-3,
+issue 10.4): a launch that fails for any reason fails that job alone and frees its GPUs (a
+read-only and a full job root on a real tmpfs); the store is written before anything acts
+(`starting` before a launch, a stop before the executor stops, the policy before memory); a
+`starting` job found after a restart is adopted or started again, never run twice; the GPUs a
+shrink gives up stay `releasing` until the old run exited; `last_alloc` survives the end of a
+job and a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors.local import PID_FILE, LocalExecutor
+from schedulearn.model import JobState, SpecError, virtual_cluster
+from schedulearn.sim.executor import SimExecutor
+from schedulearn.store import SqlStore, StoreError
+
+from tests.conftest import require
+
+PY = sys.executable
+
+
+async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def live(root: Path, store: SqlStore | None = None, gpus: int = 2, policy: str = "fifo",
+               grace: float = 10.0):
+    ex = LocalExecutor(root, cancel_grace=grace)
+    eng = Engine(virtual_cluster(1, gpus), policy, executor=ex, store=store)
+    task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+    try:
+        yield eng, ex
+    finally:
+        await asyncio.to_thread(ex.terminate_all, 1.0)
+        eng.close()
+        await task
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobs.db"
+    return request.getfixturevalue("postgres_fresh_url")
+
+
+# -- 1. every admitted job ends with a reason --------------------------------------------------------
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A real 64 KiB tmpfs (root only): the job root that can be made read-only or full."""
+    require(os.geteuid() == 0, "mounting a tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    require(proc.returncode == 0, f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _remount(mnt: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(mnt)], check=True, capture_output=True)
+
+
+def test_read_only_then_full_job_root_fails_jobs_frees_gpus_and_recovers(tiny_fs, tmp_path):
+    root = tiny_fs / "jobs"
+
+    async def main():
+        store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+        async with live(root, store, gpus=2) as (eng, ex):
+            # read-only: every launch fails with a reason, and the GPUs are free again
+            _remount(tiny_fs, "ro")
+            ro = [eng.submit({"command": [PY, "-c", "pass"], "name": f"ro{i}"}) for i in range(3)]
+            await wait_for(lambda: all(j.state.final for j in ro), 20, "the read-only launches to fail")
+            for j in ro:
+                assert j.state is JobState.failed, j.to_dict()
+                assert "Read-only file system" in j.reason and "\n" not in j.reason, j.reason
+                assert j.alloc == {} and j.last_alloc, j.to_dict()
+                assert store.get_job(j.id).state is JobState.failed
+            assert eng.pool.total == 2 and not eng.running
+            # full: the same
+            _remount(tiny_fs, "rw")
+            filler = tiny_fs / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+            try:
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"x" * 4096)
+            finally:
+                os.close(fd)
+            full = [eng.submit({"command": [PY, "-c", "pass"], "name": f"full{i}"}) for i in range(2)]
+            await wait_for(lambda: all(j.state.final for j in full), 20, "the launches on a full disk")
+            for j in full:
+                assert j.state is JobState.failed and "No space left on device" in j.reason, j.to_dict()
+            assert eng.pool.total == 2 and not eng.running
+            # the disk is back: the next job runs
+            filler.unlink()
+            ok = eng.submit({"command": [PY, "-c", "print('ran fine')"], "name": "ok"})
+            await wait_for(lambda: ok.state.final, 30, "the job after the disk came back")
+            assert ok.state is JobState.succeeded, ok.to_dict()
+            assert "ran fine" in ex.logs(ok.id)
+        store.close()
+
+    asyncio.run(main())
+
+
+def test_any_launch_exception_fails_that_job_alone(tmp_path):
+    """Specs the executor cannot launch (if they get past submit): the job fails with a one-line
+    reason, its GPU is free in the same round, and the other jobs of the round run."""
+
+    async def main():
+        async with live(tmp_path / "jobs", gpus=4) as (eng, ex):
+            bad = []
+            for spec in ({"command": ["true"], "env": {"A=B": "1"}},
+                         {"command": ["true", "\udfff"]},
+                         {"command": ["true"], "env": {"\udfff": "1"}}):
+                try:
+                    bad.append(eng.submit(spec))
+                except SpecError:
+                    pass  # refused at submit: fine too
+            good = eng.submit({"command": [PY, "-c", "import time; time.sleep(0.5)"]})
+            await wait_for(lambda: good.state.final and all(j.state.final for j in bad), 20, "the round")
+            assert good.state is JobState.succeeded, good.to_dict()
+            for j in bad:
+                assert j.state is JobState.failed and j.reason.startswith("could not start: "), j.to_dict()
+                assert "\n" not in j.reason and j.alloc == {}
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
+# -- 2. write-ahead ------------------------------------------------------------------------------------
+def test_starting_is_written_before_the_launch_and_running_after(tmp_path):
+    """What the store holds while the executor launches: `starting` with the run and the GPUs."""
+    store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+    seen = []
+
+    class Probe(SimExecutor):
+        def start(self, job, now):
+            seen.append((store.get_job(job.id).state, dict(store.get_job(job.id).alloc)))
+            super().start(job, now)
+
+    eng = Engine(virtual_cluster(1, 2), "fifo", Probe(), store=store)
+    job = eng.submit({"duration": 5, "gpus": 2}, now=0.0)
+    eng.round(1.0)
+    assert seen == [(JobState.starting, {"node0": (0, 1)})]
+    assert store.get_job(job.id).state is JobState.running
+    kinds = [(e["kind"], e["data"]) for e in store.events(job_id=job.id)]
+    assert kinds[:3] == [("submitted", {}), ("starting", {"run": 0, "alloc": {"node0": [0, 1]}}),
+                         ("started", {"gpus": 2})]
+    store.close()
+
+
+def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_never_ran(tmp_path):
+    """A crash between the `starting` record and `running`: the run found by its pid file is
+    adopted (one process), a launch that never opened its gate is started again."""
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    root = tmp_path / "jobs"
+    out = tmp_path / "runs.txt"
+    cmd = [PY, "-c", f"import os,time; open({str(out)!r},'a').write(f'{{os.getpid()}}\\n'); time.sleep(3)"]
+
+    async def first():
+        store = SqlStore(url)
+        ex = LocalExecutor(root)
+        eng = Engine(virtual_cluster(1, 2), "fifo", executor=ex, store=store)
+        a = eng.submit({"command": cmd, "name": "launched"})
+        b = eng.submit({"command": cmd, "name": "cut-short"})
+        eng.round()
+        await wait_for(lambda: out.exists() and len(out.read_text().split()) == 2, 20, "both to run")
+        # what a kill -9 between the records leaves: both `starting` in the store; b's process
+        # never got past its gate (no pid file of its run), a's runs
+        ex.close()
+        b_pid = int(json.loads((root / str(b.id) / PID_FILE).read_text())["pid"])
+        os.killpg(b_pid, 9)
+        (root / str(b.id) / PID_FILE).unlink()
+        for j in (a, b):
+            j.state = JobState.starting
+            store.update_job(j)
+        store.close()
+        return a.id, b.id
+
+    a_id, b_id = asyncio.run(first())
+    out.write_text("")
+
+    async def second():
+        store = SqlStore(url)
+        async with live(root, store) as (eng, ex):
+            a, b = eng.get(a_id), eng.get(b_id)
+            assert a.state is JobState.running and ex.is_running(a_id)  # adopted at once
+            await wait_for(lambda: a.state.final and b.state.final, 30, "both to end")
+            assert a.state is b.state is JobState.succeeded, (a.to_dict(), b.to_dict())
+            assert len(out.read_text().split()) == 1  # only b ran again; a was not duplicated
+            assert "adopted" in [e["kind"] for e in store.events(job_id=a_id)]
+            assert "requeued" in [e["kind"] for e in store.events(job_id=b_id)]
+        store.close()
+
+    asyncio.run(second())
+
+
+def test_store_failure_leaves_policy_and_cancel_unchanged(postgres_server, postgres_fresh_url):
+    """PostgreSQL stopped: switching the policy and cancelling raise `StoreError` and change
+    nothing in memory; nothing starts without its `starting` record; after the restart of the
+    database the cancel works and the job never runs."""
+    store = SqlStore(postgres_fresh_url)
+    eng = Engine(virtual_cluster(1, 1), "fifo", SimExecutor(), store=store)
+    blocker = eng.submit({"duration": 10}, now=0.0)
+    queued = eng.submit({"duration": 10}, now=0.0)
+    eng.round(0.0)
+    assert blocker.state is JobState.running and queued.state is JobState.queued
+    postgres_server.pg_ctl("-m", "fast", "-w", "stop")
+    try:
+        with pytest.raises(StoreError):
+            eng.set_policy("las")
+        assert eng.policy.name == "fifo"
+        with pytest.raises(StoreError):
+            eng.cancel(queued.id, now=1.0)
+        assert queued.state is JobState.queued and queued.id in eng.active
+        with pytest.raises(StoreError):
+            eng.cancel(blocker.id, now=1.0)
+        assert blocker.stopping is None and blocker.id in eng.running
+        # the blocker ends while the store is down: a fact, kept in memory; the queued job
+        # cannot start (its `starting` record cannot be written)
+        eng.executor.advance(10.0)
+        assert blocker.state is JobState.succeeded
+        with pytest.raises(Exception, match="store"):
+            eng.round(10.0)
+        assert queued.state is JobState.queued and eng.pool.total == 1
+    finally:
+        postgres_server.start()
+    eng.cancel(queued.id, now=11.0)
+    assert queued.state is JobState.cancelled
+    eng.round(11.0)  # the blocker's end is stored before anything else
+    again = SqlStore(postgres_fresh_url)
+    assert again.get_job(blocker.id).state is JobState.succeeded
+    assert again.get_job(queued.id).state is JobState.cancelled
+    assert again.get_policy() == "fifo"
+    eng2 = Engine(virtual_cluster(1, 1), "fifo", SimExecutor(), store=again)
+    eng2.round(12.0)
+    assert eng2.get(queued.id).state is JobState.cancelled and not eng2.running
+    again.close()
+    store.close()
+
+
+# -- 3. releasing ----------------------------------------------------------------------------------------
+SLOW_EXIT = """
+import json, os, signal, sys, time
+out = sys.argv[1]
+def note(what):
+    with open(out, "a") as f:
+        f.write(json.dumps({"job": os.environ["SCHEDULEARN_JOB_ID"], "what": what, "t": time.time(),
+                            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "pid": os.getpid()}) + "\\n")
+def term(*_):
+    note("term")
+    time.sleep(float(os.environ.get("EXIT_DELAY", "0")))  # writing its checkpoint
+    note("exit")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+note("start")
+time.sleep(float(os.environ.get("RUN_FOR", "60")))
+note("exit")
+"""
+
+
+def test_shrunk_gpus_are_releasing_until_the_old_run_exited(tmp_path):
+    """elastic-fifo shrinks an elastic job for a queued one; the old run takes 2 s to exit after
+    SIGTERM. The queued job must not start on the freed GPU before that exit."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT)
+    notes = tmp_path / "notes.jsonl"
+    store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+
+    def read():
+        return [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
+
+    async def main():
+        async with live(tmp_path / "jobs", store, gpus=2, policy="elastic-fifo") as (eng, ex):
+            a = eng.submit({"command": [PY, str(script), str(notes)], "gpus": "auto", "max_gpus": 2,
+                            "env": {"EXIT_DELAY": "2"}})
+            await wait_for(lambda: a.size == 2 and any(n["what"] == "start" and n["gpus"] == "0,1"
+                                                       for n in read()), 30, "a to run on 2 GPUs")
+            seen_releasing = []
+            eng.listeners.append(lambda e: seen_releasing.append(e["job"]["releasing"])
+                                 if e.get("event") == "resized" else None)
+            b = eng.submit({"command": [PY, str(script), str(notes)], "gpus": 1, "env": {"RUN_FOR": "0.2"}})
+            await wait_for(lambda: a.size == 1 and a.releasing, 10, "a to shrink")
+            assert eng.pool.total == 0 and b.state is JobState.queued  # held while the old run exits
+            freed = a.to_dict()["releasing"]
+            assert sum(map(len, freed.values())) == 1 and seen_releasing == [freed]
+            assert store.get_job(a.id).to_dict()["releasing"] == freed
+            await wait_for(lambda: b.state.final, 30, "b to run")
+            assert b.state is JobState.succeeded, b.to_dict()
+            assert not a.releasing
+            ns = read()
+            a_exit = min(n["t"] for n in ns if n["job"] == str(a.id) and n["what"] == "exit")  # the old run
+            b_start = min(n["t"] for n in ns if n["job"] == str(b.id) and n["what"] == "start")
+            assert b_start > a_exit, "b started on a GPU that a's old run still held"
+            kinds = [e["kind"] for e in store.events(job_id=a.id)]
+            assert kinds.index("resized") < kinds.index("released")
+            eng.cancel(a.id)
+            await wait_for(lambda: a.state.final, 30, "a to stop")
+
+    asyncio.run(main())
+    store.close()
+
+
+# -- 4. last_alloc -----------------------------------------------------------------------------------------
+def test_last_alloc_kept_after_the_end_and_a_restart(store_url):
+    store = SqlStore(store_url)
+    eng = Engine(virtual_cluster(1, 4), "fifo", SimExecutor(), store=store)
+    a = eng.submit({"duration": 5, "gpus": 2}, now=0.0)
+    b = eng.submit({"duration": 50, "gpus": "auto", "min_gpus": 1}, now=0.0)
+    eng.round(0.0)
+    assert a.to_dict()["last_alloc"] == a.to_dict()["alloc"] == {"node0": [0, 1]}
+    assert b.to_dict()["last_alloc"] == {"node0": [2]}
+    eng.executor.advance(5.0)
+    assert a.state is JobState.succeeded and a.alloc == {}
+    assert a.to_dict()["last_alloc"] == {"node0": [0, 1]}
+    store.close()
+    again = SqlStore(store_url)
+    eng2 = Engine(virtual_cluster(1, 4), "fifo", SimExecutor(), store=again)
+    assert eng2.get(a.id).to_dict()["last_alloc"] == {"node0": [0, 1]}
+    assert eng2.get(b.id).to_dict()["last_alloc"] == {"node0": [2]}
+    again.close()

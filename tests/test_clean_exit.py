@@ -11,6 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.launch import RUNNER
 from schedulearn.executors.local import LocalExecutor
@@ -27,6 +28,7 @@ print(f"rank {dist.get_rank()} sum {t.item():g} training done", flush=True)
 """
 
 
+@pytest.mark.slow  # 30 torchrun jobs: about 4-5 minutes on a loaded 2-core machine
 def test_30_torchrun_gloo_jobs_without_destroy_never_abort(tmp_path: Path) -> None:
     async def main() -> list:
         ex = LocalExecutor(tmp_path / "jobs", cancel_grace=2)

@@ -4,6 +4,7 @@ abort at interpreter exit about once in five runs and the cell raised `JobFailed
 
 import time
 
+import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 from schedulearn_magics.handle import JobHandle
@@ -25,6 +26,7 @@ def test_readme_cell_runs_and_returns_rank0_value(shell: InteractiveShell) -> No
     assert shell.user_ns["result"] == r.result  # -o result
 
 
+@pytest.mark.slow  # 30 torchrun jobs through the server: about 7 minutes on a loaded 2-core machine
 def test_readme_cell_30_times_in_a_row_without_one_abort(shell: InteractiveShell, client: Client) -> None:
     """The cell as written, submitted 30 times with `--no-wait` added (so that the jobs queue at
     once and run two at a time on the server's 4 GPUs): every one succeeds with the value."""

@@ -541,12 +541,23 @@ class SchedulerManager:
             yield line
 
     async def result(self, job_id: Any) -> bytes:
+        """The pickled result the job's own run wrote and signed (`schedulearn.results`): a
+        `result.pkl` anyone else put in its directory is refused (409), never handed out."""
+        from schedulearn.results import ForgedResult, NoResult, ResultError
+
         job = self._job(job_id)
-        path = self.job_dir(job.id) / RESULT_NAME
+        reader = getattr(self.executor, "read_result", None)
         try:
-            return path.read_bytes()
-        except FileNotFoundError:
+            if reader is None:  # the simulator runs no programs
+                raise NoResult(f"result: job {job.id} has no result")
+            return reader(job.id)
+        except NoResult:
             raise NotFound(f"result: job {job.id} has no result (yet); state {job.state.value}") from None
+        except ForgedResult as e:
+            log.warning("job %s: %s", job.id, e)
+            raise Conflict(str(e)) from None
+        except ResultError as e:
+            raise ApiError(str(e), 500) from None
 
     def subscribe(self) -> Subscription:
         return self.hub.subscribe()

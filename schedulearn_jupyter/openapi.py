@@ -178,11 +178,14 @@ def _document() -> dict[str, Any]:
             "parameters": [JOB_ID],
             "get": {
                 "operationId": "getJobResult",
-                "summary": "The pickled result the job wrote (job_dir/result.pkl; the magics use it)",
+                "summary": "The pickled result the job's own run wrote and signed (job_dir/result.pkl; "
+                           "the magics use it)",
                 "responses": {"200": {"description": "Pickle bytes",
                                       "content": {"application/octet-stream": {
                                           "schema": {"type": "string", "format": "binary"}}}},
-                              "403": E403, "404": E404},
+                              "403": E403, "404": E404,
+                              "409": _error("A result.pkl is there but this job's run did not write it "
+                                            "(no valid signature): refused")},
             },
         },
         "/events": {"get": {

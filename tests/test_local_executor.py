@@ -23,7 +23,7 @@ import pytest
 from schedulearn import joblogs
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors import ExecutorError
-from schedulearn.executors.launch import build_workers, check_command, visible_devices, wrap_exit_code
+from schedulearn.executors.launch import RUNNER, build_workers, check_command, visible_devices, wrap_exit_code
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import Gpu, JobSpec, JobState, Node, virtual_cluster
 
@@ -383,7 +383,7 @@ def test_launch_argv_for_each_launcher(tmp_path):
     spec = JobSpec(command=["python", "train.py", "--lr", "0.1"], launcher="torchrun", gpus=2)
     (w,) = build_workers(spec, 5, {"n": (2, 3)}, tmp_path, 4, python="/v/bin/python")
     assert w.argv == ["/v/bin/python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                      "--rdzv-conf=last_call_timeout=1", "train.py", "--lr", "0.1"]
+                      "--rdzv-conf=last_call_timeout=1", RUNNER, "train.py", "--lr", "0.1"]
     assert w.env["CUDA_VISIBLE_DEVICES"] == "2,3" and w.env["SCHEDULEARN_RESTART_COUNT"] == "4"
     assert w.env["SCHEDULEARN_JOB_DIR"] == str(tmp_path) and w.env["SCHEDULEARN_NUM_GPUS"] == "2"
     bash = JobSpec(command=["bash", "run.sh"], launcher="torchrun", gpus=1)
@@ -392,7 +392,7 @@ def test_launch_argv_for_each_launcher(tmp_path):
     hvd = JobSpec(script="print(1)", launcher="horovod", gpus=3)
     (w,) = build_workers(hvd, 5, {"n": (0, 1, 2)}, tmp_path, python="py")
     assert w.argv == ["py", "-m", "horovod.runner.launch", "-np", "3", "-H", "localhost:3", "--gloo",
-                      "--network-interface", "lo", "py", "-u", f"{tmp_path}/main.py"]
+                      "--network-interface", "lo", "py", "-u", RUNNER, f"{tmp_path}/main.py"]
     (w,) = build_workers(hvd, 5, {"a": (0, 1), "b": (0,)}, tmp_path, python="py", addresses={"a": "h1"})
     assert w.node == "a" and w.argv[4:9] == ["3", "-H", "h1:2,b:1", "--gloo", "py"]
     with pytest.raises(ExecutorError, match="launcher: python runs one process on one host"):

@@ -10,7 +10,11 @@ When the job runs (`python main.py`, once per worker under torchrun/horovodrun) 
 3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept;
 4. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
-   cloudpickles that value to `$SCHEDULEARN_JOB_DIR/result.pkl` (written atomically).
+   cloudpickles that value to `$SCHEDULEARN_JOB_DIR/result.pkl` (written atomically, signed
+   with the job's `$SCHEDULEARN_RESULT_KEY`: the server hands out no other result);
+5. ends the way every job does (`schedulearn.run`, whose source is embedded): the process
+   group destroyed if the cell left one, output flushed, the cell's status as the exit status
+   (0; a `SystemExit`'s code; 1 after the cell's traceback).
 
 Everything that can be checked before submitting is checked here, with a one-line
 `BundleError`: syntax errors in the cell, missing files, missing or unpicklable variables, and
@@ -172,8 +176,7 @@ def _schedulearn_run(cell, files_b64, vars_b64, timeout, result_file):
         while tb is not None and tb.tb_frame.f_code.co_filename != CELL_FILENAME:
             tb = tb.tb_next
         traceback.print_exception(type(e), e, tb or e.__traceback__)
-        sys.stderr.flush()
-        os._exit(1)
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank == 0:
         _schedulearn_save(value, os.path.join(job_dir, result_file))
 
@@ -206,7 +209,7 @@ def _schedulearn_watchdog(timeout):
 
 
 def _schedulearn_save(value, path):
-    import io, os, pickle, sys
+    import io, pickle, sys
     try:
         try:
             import cloudpickle
@@ -231,15 +234,19 @@ def _schedulearn_save(value, path):
     except Exception as e:
         sys.stderr.write("schedulearn: the cell's value (%s) cannot be pickled: %s: %s\\n"
                          % (type(value).__name__, type(e).__name__, e))
-        sys.stderr.flush()
-        os._exit(1)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+        raise SystemExit(1) from None
+    _SCHEDULEARN_RUN["write_result"](data, path)
 
 
 '''
+
+
+def _run_module_source() -> str:
+    """`schedulearn/run.py`, the one implementation of how a job ends, embedded in every
+    bundle (the job may run where `schedulearn` is not installed, e.g. in a container)."""
+    from schedulearn import run
+
+    return Path(run.__file__).read_text()
 
 
 def build_script(
@@ -252,9 +259,13 @@ def build_script(
     """The runner script with the cell, files and variables embedded; checks syntax and size."""
     check_syntax(cell)
     script = _RUNNER + (
-        f"\nCELL_FILENAME = {CELL_FILENAME!r}\n\n"
+        f"\nCELL_FILENAME = {CELL_FILENAME!r}\n"
+        "# schedulearn/run.py: how every job ends (process group destroyed, output flushed, status)\n"
+        "_SCHEDULEARN_RUN = {'__name__': 'schedulearn_run'}\n"
+        f"exec(compile({_run_module_source()!r}, '<schedulearn.run>', 'exec'), _SCHEDULEARN_RUN)\n\n"
         'if __name__ == "__main__":\n'
-        "    _schedulearn_run(\n"
+        '    _SCHEDULEARN_RUN["call"](\n'
+        "        _schedulearn_run,\n"
         f"        {cell!r},\n"
         f"        files_b64={_b64(files)!r},\n"
         f"        vars_b64={_b64(variables)!r},\n"

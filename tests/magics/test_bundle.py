@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -104,6 +105,34 @@ def test_error_in_cell_fails_with_cell_traceback(tmp_path: Path) -> None:
     assert 'File "<schedulearn-cell>", line 2, in f' in proc.stderr
     assert "return 1 / 0" in proc.stderr  # the cell's own line is shown
     assert not (tmp_path / "j" / bundle.RESULT_FILE).exists()
+
+
+def test_the_cell_ends_like_every_job_and_signs_its_result(tmp_path: Path) -> None:
+    """The script embeds `schedulearn/run.py` (one implementation): the cell's status is the exit
+    status, a process group the cell left is destroyed before exit, the result is signed with
+    `$SCHEDULEARN_RESULT_KEY`. Run bare (`python main.py`), without the launcher's runner."""
+    from schedulearn import run
+
+    assert repr(Path(run.__file__).read_text()) in bundle.build_script("1")
+    proc = run_script(bundle.build_script("import sys\nprint('bye')\nsys.exit(3)\n"), tmp_path / "x")
+    assert (proc.returncode, proc.stdout) == (3, "bye\n")
+    proc = run_script(bundle.build_script("raise KeyError('k')"), tmp_path / "e")
+    assert proc.returncode == 1 and proc.stderr.count("Traceback") == 1, proc.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cell = ("import atexit, torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            "atexit.register(lambda: print('at exit initialised:', dist.is_initialized(), flush=True))\n"
+            "dist.get_world_size()")
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
+           run.RESULT_KEY_ENV: "k-123"}
+    proc = run_script(bundle.build_script(cell), tmp_path / "d", env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "at exit initialised: False\n"
+    data = (tmp_path / "d" / bundle.RESULT_FILE).read_bytes()
+    assert pickle.loads(data) == 1
+    assert (tmp_path / "d" / "result.pkl.hmac").read_text() == run.result_mac("k-123", data)
 
 
 def test_unpicklable_result_fails_clearly(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -44,7 +45,7 @@ from ..model import Allocation, Job, JobSpec, Launcher, Node
 from .base import ExecutorError, launch_failure
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
 from .jobdir import CHECKPOINT_DIR, JobDirExecutor
-from .launch import build_workers
+from .launch import RUNNER, build_workers, job_environment
 
 log = logging.getLogger("schedulearn.executors.docker")
 
@@ -54,6 +55,8 @@ LABEL_RESTART = "schedulearn.restart"
 LABEL_JOBDIR = "schedulearn.jobdir"
 PULL_POLICIES = ("never", "missing")
 _TAIL_LINES = 60
+#: The job runner, copied into the job directory (mounted in the containers).
+RUNNER_COPY = ".schedulearn-run.py"
 
 
 @dataclass(eq=False)
@@ -374,10 +377,11 @@ class DockerExecutor(JobDirExecutor):
         d = self.job_dir(job_id)
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         first = self.hosts[next(iter(alloc))]
+        shutil.copyfile(RUNNER, d / RUNNER_COPY)  # the image need not have schedulearn
         workers = build_workers(
             spec, job_id, alloc, d, restarts, nodes, python=self.python,
             addresses={n: self.hosts[n].address for n in alloc}, rdzv_port=self._rdzv_port(first, job_id),
-            use_uuids=self.use_uuids)
+            use_uuids=self.use_uuids, runner=str(d / RUNNER_COPY), result_key=self.result_key(job_id))
         plans = self._plans(spec, workers, alloc)
         cwd = spec.workdir or str(d)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -411,7 +415,7 @@ class DockerExecutor(JobDirExecutor):
         plans = []
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         for w in workers:
-            env = {**self.env, **spec.env, **w.env}
+            env = job_environment(w.env, spec.env, extra=self.env)  # the image's PATH, HOME, ...
             devices = self._devices(nodes.get(w.node), w.gpus)
             if devices is not None:  # real GPUs: the container sees them as 0..k-1
                 env["SCHEDULEARN_HOST_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
@@ -424,7 +428,7 @@ class DockerExecutor(JobDirExecutor):
             i = argv.index("horovod.runner.launch") + 1
             plans[0] = (host, argv[:i] + ["-p", str(self.horovod_ssh_port)] + argv[i:], env, devices, False)
             for name in list(alloc)[1:]:
-                env2 = {**self.env, **spec.env}
+                env2 = job_environment({}, spec.env, extra=self.env)
                 plans.append((name, ["/usr/sbin/sshd", "-D", "-e", "-p", str(self.horovod_ssh_port)], env2,
                               self._devices(nodes.get(name), tuple(alloc[name])), True))
         return plans

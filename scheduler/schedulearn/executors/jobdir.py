@@ -1,6 +1,6 @@
 """What live executors share: one directory per job under `job_root` (the bundle, `log.txt`,
-checkpoints, `metrics.jsonl`, the result), reading and following its log, and picking up the step
-times the job reports."""
+checkpoints, `metrics.jsonl`, the result), reading and following its log, picking up the step
+times the job reports, and the job's result key and its signed result (`schedulearn.results`)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,19 @@ class JobDirExecutor(Executor):
         if job.spec.script is not None:
             (d / SCRIPT_NAME).write_text(job.spec.script)
         return d
+
+    # -- results (see schedulearn.results) ---------------------------------------------------------
+    def result_key(self, job_id: int) -> str:
+        """The key job `job_id` signs its result with (given to it as `SCHEDULEARN_RESULT_KEY`)."""
+        from ..results import job_key, server_secret
+
+        return job_key(server_secret(self.job_root), job_id)
+
+    def read_result(self, job_id: int) -> bytes:
+        """The job's `result.pkl` when its own run wrote it (`NoResult`, `ForgedResult`)."""
+        from ..results import read_result, server_secret
+
+        return read_result(server_secret(self.job_root), job_id, self.job_dir(job_id))
 
     def _done_fn(self, job_id: int) -> Callable[[], bool]:
         raise NotImplementedError

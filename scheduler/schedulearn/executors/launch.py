@@ -13,10 +13,18 @@ host, the Docker executor runs them as containers; both take the argv and env fr
   its `CUDA_VISIBLE_DEVICES` is right only where each host was given the same GPU indices;
   torchrun has no such limit.
 
+Every Python program of a job (the bundled `main.py`, or a command `python [flags] script.py
+args` / `python -m module args`) runs through the job runner `schedulearn/run.py`
+(`python -u run.py main.py`), which ends it cleanly: the torch process group destroyed, output
+flushed, the program's own exit status (see `schedulearn.run`).
+
 Every worker sees `CUDA_VISIBLE_DEVICES` = exactly its host's assigned GPUs (NVML indices, with
 `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers GPUs as NVML does; UUIDs for MIG devices or
 when asked), and `SCHEDULEARN_JOB_ID`, `SCHEDULEARN_JOB_DIR`, `SCHEDULEARN_RESTART_COUNT`,
-`SCHEDULEARN_NUM_GPUS`.
+`SCHEDULEARN_NUM_GPUS` and `SCHEDULEARN_RESULT_KEY` (see `schedulearn.results`).
+
+The rest of a job's environment is built by `job_environment` from an allow-list (never the
+server's whole environment: its settings and secrets stay out of jobs).
 """
 
 from __future__ import annotations
@@ -30,9 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model import Allocation, JobSpec, Launcher, Node
+from ..run import RESULT_KEY_ENV
 from .base import ExecutorError
 
 SCRIPT_NAME = "main.py"
+#: The job runner (`python -m schedulearn.run`): standard library only, run by its path.
+RUNNER = str(Path(__file__).resolve().parents[1] / "run.py")
 DEFAULT_RDZV_PORT = 29400
 #: The file the wrapper writes the command's exit status to (read back after a restart).
 EXIT_CODE_FILE = "exit_code"
@@ -66,13 +77,48 @@ def visible_devices(node: Node | None, indices: tuple[int, ...], use_uuids: bool
     return ",".join(out)
 
 
-def user_command(spec: JobSpec, python: str, job_dir: Path | str = ".") -> list[str]:
+def user_command(
+    spec: JobSpec, python: str, job_dir: Path | str = ".", runner: str | None = None
+) -> list[str]:
     """The job's own command: the spec's argv, or the bundled script (`<job_dir>/main.py`, so
-    that a `workdir` does not lose it) run by `python`."""
+    that a `workdir` does not lose it) run by `python`; with `runner` (the path of
+    `schedulearn/run.py` as the job sees it), Python programs run through it."""
     if spec.script is not None:
-        return [python, "-u", str(Path(job_dir) / SCRIPT_NAME)]
+        script = str(Path(job_dir) / SCRIPT_NAME)
+        return [python, "-u", runner, script] if runner else [python, "-u", script]
     assert spec.command is not None
-    return list(spec.command)
+    return with_runner(list(spec.command), runner) if runner else list(spec.command)
+
+
+def with_runner(argv: list[str], runner: str) -> list[str]:
+    """`python [options] script.py args` -> `python [options] RUNNER script.py args` (and
+    `-m module` alike); anything else (not Python, `-c`, `-` for stdin, nothing to run) as is."""
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return argv
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-", "--"):
+            return argv
+        if not arg.startswith("-"):  # the script
+            return [*argv[:i], runner, *argv[i:]]
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        step = 1
+        for j, ch in enumerate(arg[1:], 1):  # a cluster of one-letter options: -u, -uB, -Wignore
+            if ch == "c":
+                return argv
+            if ch == "m":  # the module: the rest of the cluster, or the next argument
+                flags = [arg[:j]] if j > 1 else []
+                joined = arg[j + 1:]
+                module, rest = ([joined], argv[i + 1:]) if joined else (argv[i + 1:i + 2], argv[i + 2:])
+                return [*argv[:i], *flags, runner, "-m", *module, *rest]
+            if ch in ("W", "X"):
+                step = 1 if arg[j + 1:] else 2  # the value joined, or the next argument
+                break
+        i += step
+    return argv
 
 
 def check_command(argv: list[str], path: str, cwd: Path) -> None:
@@ -87,14 +133,67 @@ def check_command(argv: list[str], path: str, cwd: Path) -> None:
         raise ExecutorError(f"command: {prog!r} not found on PATH")
 
 
-def job_env(job_id: int, job_dir: Path | str, restart_count: int, num_gpus: int) -> dict[str, str]:
-    return {
+def job_env(job_id: int, job_dir: Path | str, restart_count: int, num_gpus: int,
+            result_key: str | None = None) -> dict[str, str]:
+    env = {
         "SCHEDULEARN_JOB_ID": str(job_id),
         "SCHEDULEARN_JOB_DIR": str(job_dir),
         "SCHEDULEARN_RESTART_COUNT": str(restart_count),
         "SCHEDULEARN_NUM_GPUS": str(num_gpus),
         "PYTHONUNBUFFERED": "1",  # log lines as they happen, not when a buffer fills
     }
+    if result_key:
+        env[RESULT_KEY_ENV] = result_key
+    return env
+
+
+#: What a job inherits from the server's environment: exact names, then prefixes. Nothing else
+#: passes (the server's `SCHEDULEARN_*` settings such as `SCHEDULEARN_STORE_URL` with its
+#: password, `SCHEDULEARN_REMOTE_TOKEN`, Jupyter's tokens, cloud credentials, ...).
+INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS",
+)
+INHERITED_ENV_PREFIXES = ("LC_", "NCCL_")
+
+
+def job_environment(
+    scheduler: Mapping[str, str],
+    spec_env: Mapping[str, str] = {},  # noqa: B006 - read only
+    *,
+    inherit: Mapping[str, str] | None = None,
+    python: str | None = None,
+    pythonpath: str | None = None,
+    extra: Mapping[str, str] | None = None,
+    home: str | None = None,
+    user: str | None = None,
+) -> dict[str, str]:
+    """A job's whole environment, the one place it is made (local and Docker executors).
+
+    In order, later wins: the allow-listed variables of `inherit` (the server's environment for
+    the local executor; nothing for containers, which have their image's) — `INHERITED_ENV` and
+    names starting with `INHERITED_ENV_PREFIXES`; `python`'s bin folder first on `PATH`; `home`
+    and `user` (`HOME`, `USER`, `LOGNAME` of the OS account the job runs as); the operator's
+    `extra` (an executor's `env`); the job's own `spec_env`; the `scheduler`'s variables
+    (`SCHEDULEARN_JOB_*`, `CUDA_VISIBLE_DEVICES`, the launcher's `TORCH_*`: they win over the
+    user's). `pythonpath` (the folder holding `schedulearn`) is appended to `PYTHONPATH` last."""
+    env: dict[str, str] = {}
+    for name, value in (inherit or {}).items():
+        if name in INHERITED_ENV or name.startswith(INHERITED_ENV_PREFIXES):
+            env[name] = value
+    if python is not None:
+        env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH") or os.defpath])
+    if home is not None:
+        env["HOME"] = home
+    if user is not None:
+        env["USER"] = env["LOGNAME"] = user
+    env.update(extra or {})
+    env.update(spec_env)
+    env.update(scheduler)
+    if pythonpath:
+        pp = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{pp}{os.pathsep}{pythonpath}" if pp else pythonpath
+    return env
 
 
 def _torchrun_target(command: list[str], python: str) -> list[str]:
@@ -126,19 +225,23 @@ def build_workers(
     rdzv_port: int = DEFAULT_RDZV_PORT,
     use_uuids: bool = False,
     network_interface: str | None = None,
+    runner: str | None = RUNNER,
+    result_key: str | None = None,
 ) -> list[Worker]:
     """The workers that run `spec` on `alloc` (node name -> GPU indices).
 
     `addresses` maps node names to the hostnames workers use to reach each other (the node's
-    own name when absent). `network_interface` is Horovod's (`lo` on one host by default)."""
+    own name when absent). `network_interface` is Horovod's (`lo` on one host by default).
+    `runner` is the job runner's path as the job sees it (None: Python programs run bare);
+    `result_key` the job's key for signing its result (`SCHEDULEARN_RESULT_KEY`)."""
     if not alloc:
         raise ExecutorError(f"job {job_id}: no GPUs allocated")
     nodes = nodes or {}
     addresses = addresses or {}
     hosts = list(alloc)
     total = sum(len(v) for v in alloc.values())
-    command = user_command(spec, python, job_dir)
-    base = job_env(job_id, job_dir, restart_count, total)
+    command = user_command(spec, python, job_dir, runner)
+    base = job_env(job_id, job_dir, restart_count, total, result_key)
 
     def env_for(name: str) -> dict[str, str]:
         env = dict(base)

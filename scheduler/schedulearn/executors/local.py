@@ -40,7 +40,14 @@ from .. import joblogs
 from ..model import Allocation, Job, JobSpec
 from .base import ExecutorError, launch_failure
 from .jobdir import JobDirExecutor
-from .launch import EXIT_CODE_FILE, build_workers, check_command, user_command, wrap_exit_code
+from .launch import (
+    EXIT_CODE_FILE,
+    build_workers,
+    check_command,
+    job_environment,
+    user_command,
+    wrap_exit_code,
+)
 
 #: the gate's exit status when its pipe closed before the go-ahead (the run never started)
 GATE_CLOSED = 75
@@ -94,7 +101,7 @@ class LocalExecutor(JobDirExecutor):
         self.cancel_grace = cancel_grace
         self.python = python
         self.use_uuids = use_uuids
-        self.base_env = dict(os.environ if env is None else env)
+        self.env = dict(env or {})  # for every job, on top of the allow-list (launch.job_environment)
         self._lock = threading.RLock()
         self._runs: dict[int, _Run] = {}
         self._relaunch: dict[int, _Relaunch] = {}
@@ -213,13 +220,10 @@ class LocalExecutor(JobDirExecutor):
 
     # -- launching ---------------------------------------------------------------------------------
     def _env(self, spec: JobSpec, extra: dict[str, str]) -> dict[str, str]:
-        env = dict(self.base_env)
-        env["PATH"] = os.pathsep.join([os.path.dirname(self.python), env.get("PATH", os.defpath)])
-        pp = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = f"{pp}{os.pathsep}{_PACKAGE_ROOT}" if pp else _PACKAGE_ROOT
-        env.update(spec.env)
-        env.update(extra)  # the scheduler's variables win over the user's
-        return env
+        """The allow-listed part of the server's environment, never all of it; the scheduler's
+        variables (`extra`) win over the user's."""
+        return job_environment(extra, spec.env, inherit=os.environ, python=self.python,
+                               pythonpath=_PACKAGE_ROOT, extra=self.env)
 
     def _launch(self, job_id: int, spec: JobSpec, alloc: Allocation, restarts: int) -> _Run:
         if len(alloc) > 1:
@@ -229,7 +233,7 @@ class LocalExecutor(JobDirExecutor):
         d = self.job_dir(job_id)
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         (worker,) = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
-                                  use_uuids=self.use_uuids)
+                                  use_uuids=self.use_uuids, result_key=self.result_key(job_id))
         env = self._env(spec, worker.env)
         cwd = Path(spec.workdir) if spec.workdir else d
         if not cwd.is_dir():

@@ -1,0 +1,98 @@
+"""A job's result is handed out only when the job's own run wrote it.
+
+A result is code: the magics unpickle it in the user's kernel, so a `result.pkl` planted in a
+job's directory by anyone else (another user's job, a stale run) must never reach the kernel.
+
+* The server keeps a secret: 32 random bytes in `<job_root>/.result-secret`, mode 0600, made on
+  first use (jobs never see it; in the shared set-up they run as other OS users).
+* Each job gets its own key, `HMAC-SHA256(secret, "schedulearn-result:<job id>")` (hex), in
+  `$SCHEDULEARN_RESULT_KEY` — only that job's processes have it.
+* The job runner (`schedulearn.run.write_result`, what the magics' cell runner calls) writes
+  `result.pkl` and `result.pkl.hmac` = `HMAC-SHA256(key, bytes of result.pkl)`.
+* `read_result` (behind `GET jobs/{id}/result`) recomputes the job's key and returns the bytes
+  only when the MAC matches: `ForgedResult` otherwise (the API's 409).
+
+Keys are per job, not per run: every run (restart, resize) of a job may write its result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from .run import MAC_SUFFIX, RESULT_FILE, result_mac
+
+SECRET_NAME = ".result-secret"
+
+
+class ResultError(Exception):
+    """No result to hand out; the message is one line."""
+
+
+class NoResult(ResultError):
+    pass
+
+
+class ForgedResult(ResultError):
+    pass
+
+
+def server_secret(job_root: Path | str) -> bytes:
+    """The secret under `job_root`, created (0600, atomically) when there is none yet."""
+    path = Path(job_root) / SECRET_NAME
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f"{SECRET_NAME}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_bytes(32))
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # fails when another process made it first: theirs wins
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            mode = stat.S_IMODE(st.st_mode)
+            raise ResultError(f"result secret {path}: readable by others (mode {mode:o}); chmod 600 it")
+        data = f.read()
+    if len(data) < 16:
+        raise ResultError(f"result secret {path}: too short ({len(data)} bytes); delete it to make a new one")
+    return data
+
+
+def job_key(secret: bytes, job_id: int) -> str:
+    """The key job `job_id` signs its result with."""
+    return hmac.new(secret, f"schedulearn-result:{int(job_id)}".encode(), hashlib.sha256).hexdigest()
+
+
+def read_result(secret: bytes, job_id: int, job_dir: Path | str) -> bytes:
+    """The bytes of the job's `result.pkl` when its run wrote them; `NoResult` when there is
+    none, `ForgedResult` when the file is not signed with the job's key."""
+    path = Path(job_dir) / RESULT_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NoResult(f"result: job {job_id} has no result") from None
+    try:
+        mac = (Path(job_dir) / (RESULT_FILE + MAC_SUFFIX)).read_bytes().decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        mac = ""
+    if not mac or not hmac.compare_digest(mac, result_mac(job_key(secret, job_id), data)):
+        raise ForgedResult(f"result: not written by job {job_id}'s run (its signature is missing or wrong); "
+                           "refusing to hand it out")
+    return data

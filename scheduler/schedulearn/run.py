@@ -1,0 +1,189 @@
+"""Run a Python program as a job, then end it cleanly: `python -m schedulearn.run script.py [args]`
+(or `python -m schedulearn.run -m package.module [args]`).
+
+The program runs as `__main__` exactly as `python script.py args` would run it (`sys.argv`, the
+script's folder first on `sys.path`). Whatever its outcome, the runner then
+
+1. destroys the `torch.distributed` process group if the program left one initialised, and
+   shuts Horovod down if it was initialised: a gloo/NCCL process group still alive when the
+   interpreter finalises has C++ threads that are destroyed while joinable, and the rank dies
+   with `terminate called without an active exception` (SIGABRT) after its last line, so a
+   finished job was reported failed at random;
+2. flushes stdout and stderr;
+3. exits with the program's status: 0, the code of a `SystemExit` (`sys.exit(3)` -> 3, a message
+   -> printed, 1), or 1 after printing an exception's traceback once (130 for Ctrl-C).
+
+The launchers (`schedulearn.executors.launch`) run every Python script of a job through it —
+the `python`, `torchrun` and `horovod` launchers alike — and the magics' cell runner embeds this
+very file (see `schedulearn_magics.bundle`), so that a notebook cell ends the same way.
+
+It also holds what a job needs to hand back a result the server will trust: `write_result`
+writes `result.pkl` with an HMAC over its bytes, keyed by the per-job key the executor gives the
+job in `$SCHEDULEARN_RESULT_KEY` (see `schedulearn.results`).
+
+Standard library only, Python 3.8+ syntax, no import of the `schedulearn` package: the Docker
+executor copies this file into the job's directory and runs it with the image's Python.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: The environment variable holding the job's result key (set by the executor).
+RESULT_KEY_ENV = "SCHEDULEARN_RESULT_KEY"
+#: The result's file name in the job directory, and the suffix of its MAC beside it.
+RESULT_FILE = "result.pkl"
+MAC_SUFFIX = ".hmac"
+
+USAGE = "usage: python -m schedulearn.run SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
+
+
+# --- results --------------------------------------------------------------------------------
+def result_mac(key: str, data: bytes) -> str:
+    """The hex HMAC-SHA256 of a result's bytes under the job's result key."""
+    import hashlib
+    import hmac
+
+    return hmac.new(key.encode("ascii"), data, hashlib.sha256).hexdigest()
+
+
+def write_result(data: bytes, path: str, key: str | None = None) -> None:
+    """Write `data` to `path` and its MAC to `path + MAC_SUFFIX` (each atomically).
+
+    `key` defaults to `$SCHEDULEARN_RESULT_KEY`; without one (a program started by hand) the
+    result is written unsigned, and the server will not hand it out."""
+    key = os.environ.get(RESULT_KEY_ENV) if key is None else key
+    _write_atomic(path, data)
+    if key:
+        _write_atomic(path + MAC_SUFFIX, result_mac(key, data).encode("ascii"))
+    else:
+        try:
+            os.unlink(path + MAC_SUFFIX)
+        except FileNotFoundError:
+            pass
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+# --- ending cleanly -------------------------------------------------------------------------
+def shutdown_distributed() -> None:
+    """Destroy the torch process group and shut Horovod down, where the program left them
+    initialised. Imports nothing the program did not import itself; never raises."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 - a broken group must not change the status
+            _warn(f"destroying the torch process group failed: {type(e).__name__}: {e}")
+    for name in ("horovod.torch", "horovod.tensorflow", "horovod.keras", "horovod.mxnet"):
+        hvd = sys.modules.get(name)
+        if hvd is None:
+            continue
+        try:
+            if hvd.is_initialized():
+                hvd.shutdown()
+        except Exception as e:  # noqa: BLE001
+            _warn(f"shutting {name} down failed: {type(e).__name__}: {e}")
+
+
+def flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream
+            pass
+
+
+def status_of(exc: BaseException | None) -> int:
+    """The exit status of a program that ended with `exc` (None: it returned); prints what
+    Python would print (a traceback once, or a SystemExit's message)."""
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    _print_traceback(exc)
+    return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def finish(status: int):  # NoReturn
+    """Clean up, flush and end the process with `status` (what every outcome goes through)."""
+    shutdown_distributed()
+    flush()
+    raise SystemExit(status)
+
+
+def call(fn, *args, **kwargs):  # NoReturn
+    """Run `fn(*args, **kwargs)` as a program: whatever happens, `finish` with its status."""
+    try:
+        fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - every outcome maps to a status
+        status = status_of(e)
+    else:
+        status = 0
+    finish(status)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback without this runner's and runpy's frames (as `python script.py` shows it)."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_globals is globals()
+                              or tb.tb_frame.f_globals.get("__name__") == "runpy"):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+
+
+def _warn(text: str) -> None:
+    try:
+        sys.stderr.write(f"schedulearn.run: {text}\n")
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# --- the command ----------------------------------------------------------------------------
+def run_program(argv: list[str]) -> None:
+    """Run `SCRIPT args` or `-m MODULE args` as `__main__` (raises what the program raises)."""
+    import runpy
+
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise SystemExit(USAGE)
+        sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = argv[0]
+    if not os.path.exists(script):  # as `python missing.py` says it
+        print(f"{sys.executable}: can't open file {os.path.abspath(script)!r}: "
+              "[Errno 2] No such file or directory", file=sys.stderr)
+        raise SystemExit(2)
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+def main(argv: list[str] | None = None):  # NoReturn
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr if not argv else sys.stdout)
+        raise SystemExit(2 if not argv else 0)
+    call(run_program, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -191,6 +191,7 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
 
 def run_from_args(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin at import
     try:
         tokens = load_tokens(args)
         generated = None

@@ -106,14 +106,14 @@ class JobSpec(BaseModel):
                 if not ENV_NAME.fullmatch(name):
                     raise ValueError(f"names must match {ENV_NAME_TEXT} (a shell identifier), got {name!r}")
                 if "\x00" in value:
-                    raise ValueError(f"values must not contain NUL characters (\\u0000), got one in {name}")
+                    raise ValueError(f"NUL characters (\\u0000) are not allowed in a value ({name})")
         return v
 
     @field_validator("command")
     @classmethod
     def _argv(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
         if v is not None and _at_boundary(info) and any("\x00" in a for a in v):
-            raise ValueError("arguments must not contain NUL characters (\\u0000)")
+            raise ValueError("NUL characters (\\u0000) are not allowed in an argument")
         return v
 
     @model_validator(mode="after")
@@ -223,7 +223,7 @@ def one_line_error(e: ValidationError) -> str:
         return f"{loc}: unknown field; allowed: {', '.join(JobSpec.model_fields)}"
     if err["type"] == "string_unicode":  # pydantic-core's own check of a constrained string
         return f"{head}: {_SURROGATES}"
-    allowed = _LOC_HINTS.get(head, msg[0].lower() + msg[1:])
+    allowed = _LOC_HINTS.get(head, msg if msg[1:2].isupper() else msg[0].lower() + msg[1:])
     got = err.get("input")
     return f"{head}: {allowed}, got {got!r}" if head in _LOC_HINTS else f"{loc}: {allowed}"
 

@@ -190,16 +190,25 @@ class SchedulearnApp(ExtensionApp):
             manager: Any = RemoteManager(self.remote_url, self.remote_token)
             self.log.info("schedulearn: using the scheduler at %s", self.remote_url)
         else:
-            from .manager import SchedulerManager
+            from schedulearn.store.lease import LeaseError
+
+            from .manager import SchedulerManager, Unavailable
 
             settings = self.scheduler_settings()
             Path(settings.job_root).mkdir(parents=True, exist_ok=True)
-            manager = SchedulerManager(settings)
-            self.log.info(
-                "schedulearn: %s executor, %d GPUs on %d nodes, policy %s, store %s",
-                settings.executor, manager.engine.total_gpus, len(manager.nodes),
-                manager.engine.policy.name, getattr(manager.store, "url", "memory"),
-            )
+            try:
+                manager = SchedulerManager(settings)
+            except LeaseError as e:
+                # Another scheduler owns the store: Jupyter runs, this extension schedules nothing
+                # and its API answers 503 with the reason (the sidebar and the magics show it).
+                self.log.error("schedulearn: no scheduler in this server: %s", e)
+                manager = Unavailable(f"{e} (then restart this server)")
+            else:
+                self.log.info(
+                    "schedulearn: %s executor, %d GPUs on %d nodes, policy %s, store %s",
+                    settings.executor, manager.engine.total_gpus, len(manager.nodes),
+                    manager.engine.policy.name, getattr(manager.store, "url", "memory"),
+                )
         self.manager = manager
         self.settings["schedulearn_manager"] = manager
         manager.start(_loop(self.serverapp))

@@ -26,7 +26,7 @@ from typing import Any
 
 from schedulearn import policies
 from schedulearn.engine import Engine, JobFinished, JobNotFound, RealClock
-from schedulearn.model import Job, JobSpec, JobState, Node, SpecError
+from schedulearn.model import SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
 
 log = logging.getLogger("schedulearn.server")
 
@@ -286,11 +286,22 @@ class SchedulerManager:
                  nodes: list[Node] | None = None):
         settings.validate()
         self.settings = settings
-        self.store = store if store is not None else (make_store(settings.store_url) if settings.store_url
-                                                      else None)
-        self.executor = executor if executor is not None else make_executor(settings)
-        self.nodes = nodes if nodes is not None else self.discover()
-        self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
+        self.lease: Any = None
+        if store is None and settings.store_url:
+            # One scheduler per store: the lease first, before anything reads or recovers jobs.
+            from schedulearn.store.lease import acquire
+
+            self.lease = acquire(settings.store_url)
+        try:
+            self.store = store if store is not None else (make_store(settings.store_url)
+                                                          if settings.store_url else None)
+            self.executor = executor if executor is not None else make_executor(settings)
+            self.nodes = nodes if nodes is not None else self.discover()
+            self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
+        except BaseException:
+            if self.lease is not None:
+                self.lease.release()
+            raise
         self.hub = EventHub()
         self.engine.listeners.append(self._on_engine_event)
         self._tasks: list[asyncio.Task] = []
@@ -365,6 +376,8 @@ class SchedulerManager:
         self.hub.close()
         if self.store is not None and hasattr(self.store, "close"):
             self.store.close()
+        if self.lease is not None:
+            self.lease.release()  # after the store's last write
         self.started = False
 
     def _on_engine_event(self, event: dict[str, Any]) -> None:
@@ -426,6 +439,7 @@ class SchedulerManager:
             data["image"] = self.settings.default_image
         try:
             spec = JobSpec.parse(data)
+            self._check_runnable(spec)
             _check_storable(spec)
             job = self.engine.submit(spec)
         except SpecError as e:
@@ -436,6 +450,16 @@ class SchedulerManager:
 
     # (set_policy and cancel raise the store's `StoreError` unchanged: routes answer it 503)
         return job.to_dict(self.engine.clock())
+
+    def _check_runnable(self, spec: JobSpec) -> None:
+        """A live server cannot run a simulated job: its simulation-only fields are refused."""
+        if self.settings.executor == "sim":
+            return
+        for name in SIMULATION_ONLY:
+            if getattr(spec, name) is not None:
+                raise SpecError(f"{name}: a simulation-only field, allowed with the 'sim' executor only "
+                                f"(this server runs jobs with the {self.settings.executor!r} executor); "
+                                "give a command or a script")
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
                         limit: Any = None) -> dict[str, Any]:
@@ -566,6 +590,31 @@ class SchedulerManager:
         """The first message on the events socket: where things stand."""
         return {"type": "hello", "policy": self.engine.policy.name,
                 "active": [j.id for j in self.engine.active.values()], "seq": self.hub.seq}
+
+
+class Unavailable:
+    """Stands in for a manager that could not start (the store's lease is another scheduler's):
+    every API call answers 503 with `reason`, the events socket is refused with it."""
+
+    remote = False
+
+    def __init__(self, reason: str):
+        self.unavailable = reason
+
+    def start(self, loop: Any = None) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("list_jobs_json",):
+            raise AttributeError(name)
+
+        async def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise ApiError(f"scheduler: unavailable: {self.unavailable}", 503)
+
+        return refuse
 
 
 _INT64 = 2**63

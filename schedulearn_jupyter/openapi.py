@@ -90,6 +90,8 @@ E400 = _error("Invalid input: `{\"error\": \"<field>: <what is allowed>\"}`")
 E403 = _error("No or a wrong token; or (DELETE) the job is another user's")
 E404 = _error("No such job (or no result yet)")
 E413 = _error("Request body too large")
+E503 = _error("The scheduler cannot answer: its store is unreachable, or (a Jupyter server) another "
+              "scheduler holds the store's lease; the message says which")
 
 
 def _spec_schemas() -> dict[str, Any]:
@@ -117,7 +119,8 @@ def _document() -> dict[str, Any]:
                                                   "enum": [p["name"] for p in policies.available()]}},
                     }}}},
                     "responses": {"200": _json(_ref("Policy"), "The new policy"),
-                                  "400": _error("Unknown policy: the message lists the names"),
+                                  "400": _error("Unknown policy (the message lists the names), or not "
+                                                "JSON"),
                                   "403": E403, "413": E413}},
         },
         "/gpus": {"get": {
@@ -204,6 +207,8 @@ def _document() -> dict[str, Any]:
         for method, op in item.items():
             if method != "parameters":
                 op["security"] = auth
+                if item is not paths["/openapi.json"]:
+                    op["responses"]["503"] = E503
     return {
         "openapi": "3.1.0",
         "info": {"title": "Schedulearn API", "version": __version__,

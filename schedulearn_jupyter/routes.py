@@ -38,10 +38,7 @@ class ApiMixin:
         raise NotImplementedError
 
     def json_body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"null", parse_constant=_no_constant)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(f"body: invalid JSON ({e})") from None
+        return parse_json(self.request.body)
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -54,13 +51,8 @@ class ApiMixin:
         return self.finish(data)
 
     def log_exception(self, typ, value, tb):  # type: ignore[override]
-        if isinstance(value, ApiError):
-            log.debug("%s %s -> %s %s", self.request.method, self.request.uri, value.status, value)
-            return
-        if store_failure(value):  # one line: the store's own message says what failed
-            log.error("%s %s -> 503 %s", self.request.method, self.request.uri, value)
-            return
-        super().log_exception(typ, value, tb)  # type: ignore[misc]
+        if not log_answered(self, value):
+            super().log_exception(typ, value, tb)  # type: ignore[misc]
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:  # type: ignore[override]
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -78,8 +70,51 @@ class ApiMixin:
         self.finish(json.dumps({"error": message}))
 
 
+def parse_json(body: bytes | None) -> Any:
+    """A request body as JSON; `ApiError` (400) with one line when it is not, or when it nests
+    deeper than the parser can follow (`[` x 100000 would otherwise be a `RecursionError`)."""
+    try:
+        return json.loads(body or b"null", parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(f"body: invalid JSON ({e})") from None
+    except RecursionError:
+        raise ApiError("body: invalid JSON (nested too deeply; a JobSpec nests 2 levels)") from None
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with the value of a `token` query argument replaced by `[secret]` (for logs)."""
+    path, sep, query = uri.partition("?")
+    if not sep or "token" not in query.lower():
+        return uri
+    parts = []
+    for part in query.split("&"):
+        name, eq, _value = part.partition("=")
+        parts.append(f"{name}=[secret]" if eq and name.lower() in ("token", "_xsrf") else part)
+    return path + "?" + "&".join(parts)
+
+
+def log_answered(handler: Any, value: BaseException | None) -> bool:
+    """Log an error the API answered on purpose (no traceback; the access log has the request's
+    line) and say whether it was one: an `ApiError` or a `tornado.web.HTTPError` such as a
+    refused token."""
+    req = handler.request
+    if isinstance(value, ApiError):
+        log.debug("%s %s -> %s %s", req.method, redact_uri(req.uri), value.status, value)
+        return True
+    if isinstance(value, web.HTTPError):
+        text = value.log_message % value.args if value.log_message and value.args else value.log_message
+        # the access log has the request's line already (as a warning for a 4xx)
+        log.debug("%d %s %s (%s)%s", value.status_code, req.method, redact_uri(req.uri), req.remote_ip,
+                  f": {text}" if text else "")
+        return True
+    if store_failure(value):  # one line: the store's own message says what failed
+        log.error("%s %s -> 503 %s", req.method, redact_uri(req.uri), value)
+        return True
+    return False
 
 
 class PoliciesHandler(ApiMixin):
@@ -198,6 +233,9 @@ class EventsMixin:
     async def get(self, *args, **kwargs):
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError("events: a WebSocket endpoint; connect with 'Upgrade: websocket'", 400)
+        unavailable = getattr(self.manager, "unavailable", None)
+        if unavailable:
+            raise ApiError(f"scheduler: unavailable: {unavailable}", 503)
         res = super().get(*args, **kwargs)  # type: ignore[misc]
         if res is not None:
             await res
@@ -229,7 +267,9 @@ class EventsMixin:
         ApiMixin.write_error(self, status_code, **kwargs)  # type: ignore[arg-type]
 
     def log_exception(self, typ, value, tb):  # type: ignore[override]
-        ApiMixin.log_exception(self, typ, value, tb)  # type: ignore[arg-type]
+        # A refused socket (no token, not an upgrade) is one line, not a traceback.
+        if not log_answered(self, value):
+            super().log_exception(typ, value, tb)  # type: ignore[misc]
 
     def on_close(self):
         if self.subscription is not None:

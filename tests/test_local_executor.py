@@ -262,6 +262,36 @@ def test_external_kill_fails_the_job_and_frees_its_gpus_fast(tmp_path):
     asyncio.run(main())
 
 
+def _child_of(pid: int) -> int:
+    """The one child of `pid` (the job's command under its `/bin/sh` wrapper)."""
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(kids) == 1, kids
+    return int(kids[0])
+
+
+def test_sigkill_of_the_jobs_process_is_reported_as_sigkill(tmp_path):
+    """Issue 10.4: the command killed with SIGKILL (its wrapper reports 137), or the wrapper
+    itself: the reason names SIGKILL, never SIGHUP."""
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            a = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")], "gpus": 2})
+            b = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")], "gpus": 2})
+            await wait_for(lambda: in_log(ex, a.id, "ready")() and in_log(ex, b.id, "ready")(), 30,
+                           "both jobs to start")
+            os.kill(_child_of(ex.pid(a.id)), signal.SIGKILL)  # the command: `kill -9 <its pid>`
+            os.kill(ex.pid(b.id), signal.SIGKILL)  # the wrapper (the pid the job's pid file names)
+            await wait_for(lambda: a.state.final and b.state.final, 10, "the engine to see the kills")
+            assert a.state is JobState.failed and a.exit_code == 137
+            assert a.reason.startswith("ended by SIGKILL, not by the scheduler"), a.reason
+            assert b.state is JobState.failed and b.exit_code == -9
+            assert b.reason.startswith("killed by SIGKILL, not by the scheduler"), b.reason
+            assert "SIGHUP" not in a.reason + b.reason
+            assert "exit of run #0: code 137: ended by SIGKILL" in ex.logs(a.id)
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
 # -- restart of the server ---------------------------------------------------------------------------
 def test_restarted_server_reattaches_and_reports_the_real_exit(tmp_path):
     release = tmp_path / "release"
@@ -296,6 +326,61 @@ def test_restarted_server_reattaches_and_reports_the_real_exit(tmp_path):
     asyncio.run(main())
 
 
+def test_reattached_run_killed_with_sigkill_has_an_unknown_status_not_sighup(tmp_path):
+    """A re-attached run is not our child: when its wrapper is killed (`kill -9` of the group) no
+    exit status is recorded anywhere. That is what the reason says (it once read the missing
+    file as -1: "killed by SIGHUP"); the GPUs are freed at once."""
+    async def main():
+        async with live(tmp_path / "jobs", keep_jobs=True) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")], "gpus": 2})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            pid = ex.pid(job.id)
+            saved = dataclasses.replace(job, alloc=dict(job.alloc))
+        ex2 = LocalExecutor(tmp_path / "jobs")
+        eng2 = Engine(virtual_cluster(1, 4), "fifo", executor=ex2, store=MemoryStore([saved]))
+        task = asyncio.create_task(eng2.run(RealClock(tick=0.2)))
+        try:
+            job2 = eng2.get(saved.id)
+            assert job2.state is JobState.running and ex2.pid(job2.id) == pid
+            os.killpg(pid, signal.SIGKILL)
+            await wait_for(final(eng2, job2.id), 10, "the engine to see the kill")
+            assert job2.state is JobState.failed and job2.exit_code is None
+            assert "SIGHUP" not in job2.reason
+            assert job2.reason.startswith(
+                f"ended without recording its exit status (its wrapper, pid {pid}, was killed, e.g. by "
+                "SIGKILL, not by the scheduler); exit status unknown; last log line: ready"), job2.reason
+            assert "code unknown" in ex2.logs(job2.id)
+            assert eng2.pool.total == 4
+            assert group_gone(pid)
+        finally:
+            await asyncio.to_thread(ex2.terminate_all, 1.0)
+            eng2.close()
+            await task
+
+    asyncio.run(main())
+
+
+def test_run_killed_while_the_server_was_down_is_reported_as_unknown(tmp_path):
+    async def main():
+        async with live(tmp_path / "jobs", keep_jobs=True) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py")], "gpus": 1})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            pid = ex.pid(job.id)
+            saved = dataclasses.replace(job, alloc=dict(job.alloc))
+        os.killpg(pid, signal.SIGKILL)  # while no server watches: nothing records its status
+        deadline = time.monotonic() + 10
+        while not group_gone(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        eng2 = Engine(virtual_cluster(1, 4), "fifo", executor=LocalExecutor(tmp_path / "jobs"),
+                      store=MemoryStore([saved]))
+        job2 = eng2.get(saved.id)
+        assert job2.state is JobState.failed and job2.exit_code is None
+        assert job2.reason == "lost on restart: ended while the server was down; exit status unknown"
+        assert eng2.pool.total == 4
+
+    asyncio.run(main())
+
+
 def test_job_whose_process_is_gone_is_lost_on_restart(tmp_path):
     dead = subprocess.Popen([PY, "-c", "pass"])
     dead.wait()
@@ -315,7 +400,8 @@ def test_job_whose_process_is_gone_is_lost_on_restart(tmp_path):
     eng = Engine(virtual_cluster(1, 4), "fifo", executor=ex, store=MemoryStore(jobs))
     for job_id in stale:
         job = eng.get(job_id)
-        assert job.state is JobState.failed and job.reason == "lost on restart" and job.exit_code == -1
+        assert job.state is JobState.failed and job.exit_code is None
+        assert job.reason == "lost on restart: ended while the server was down; exit status unknown"
     assert eng.pool.total == 4
 
 

@@ -210,7 +210,8 @@ class Engine:
         self._emit({"type": "inventory"})
         self.wake()
 
-    def job_exited(self, job_id: int, exit_code: int, reason: str = "", now: float | None = None) -> None:
+    def job_exited(self, job_id: int, exit_code: int | None, reason: str = "",
+                   now: float | None = None) -> None:
         """Called by the executor when a run is over (ended, crashed, or stopped on request)."""
         job = self.jobs.get(job_id)
         if job is None or job.state.final:

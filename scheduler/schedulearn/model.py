@@ -8,10 +8,21 @@ Everything here converts to and from plain JSON-able dicts: it is also the wire 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 #: An allocation: node name -> GPU indices on that node.
 Allocation = dict[str, tuple[int, ...]]
@@ -48,29 +59,40 @@ _FINAL = {JobState.succeeded, JobState.failed, JobState.cancelled}
 LAUNCHERS = tuple(m.value for m in Launcher)
 
 
+#: What an environment variable's name may be: a shell identifier (`export` accepts nothing else).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_TEXT = "[A-Za-z_][A-Za-z0-9_]*"
+#: Fields a live server (not the simulator) refuses: they describe a simulated run.
+SIMULATION_ONLY = ("duration", "application")
+
+
 class JobSpec(BaseModel):
     """What a user asks for. Exactly one of `command` (argv) or `script` (Python source), unless
-    the spec describes a simulated job (`duration` or `application`)."""
+    the spec describes a simulated job (`duration` or `application`).
+
+    Numbers and booleans are strict: `"2"`, `2.0` or `"yes"` are refused, not coerced. Text
+    must be encodable (no lone surrogates such as `"\\udfff"`), argv and environment entries
+    must be passable to `exec` (no NUL), and environment names must be shell identifiers."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field("job", min_length=1, max_length=200)
     command: list[str] | None = None
     script: str | None = None
-    gpus: int | Literal["auto"] = 1
-    min_gpus: int | None = Field(None, ge=1)
-    max_gpus: int | None = Field(None, ge=1)
+    gpus: StrictInt | Literal["auto"] = 1
+    min_gpus: StrictInt | None = Field(None, ge=1)
+    max_gpus: StrictInt | None = Field(None, ge=1)
     launcher: Launcher = Launcher.python
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    priority: int = 0
+    priority: StrictInt = 0
     user: str = ""
     workdir: str | None = None
     # Simulation-only fields: a rigid job's run time, or an elastic application model's inputs.
-    duration: float | None = Field(None, gt=0)
+    duration: Annotated[float, Field(strict=True)] | None = Field(None, gt=0)
     application: str | None = None
-    batch_size: int | None = Field(None, ge=1)
-    adaptive_batch: bool = False
+    batch_size: StrictInt | None = Field(None, ge=1)
+    adaptive_batch: StrictBool = False
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -79,8 +101,31 @@ class JobSpec(BaseModel):
             raise ValueError("not an integer >= 1")  # worded by one_line_error with the value
         return v
 
+    # Checks of what a job needs to launch at all, made on user input (`parse`) only: a spec
+    # read back from the store was checked when it was submitted.
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if _at_boundary(info):
+            for name, value in v.items():
+                if not ENV_NAME.fullmatch(name):
+                    raise ValueError(f"names must match {ENV_NAME_TEXT} (a shell identifier), got {name!r}")
+                if "\x00" in value:
+                    raise ValueError(f"NUL characters (\\u0000) are not allowed in a value ({name})")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is not None and _at_boundary(info) and any("\x00" in a for a in v):
+            raise ValueError("NUL characters (\\u0000) are not allowed in an argument")
+        return v
+
     @model_validator(mode="after")
-    def _check(self) -> JobSpec:
+    def _check(self, info: ValidationInfo) -> JobSpec:
+        bad = _unencodable_field(self) if _at_boundary(info) else None
+        if bad is not None:
+            raise ValueError(f"{bad}: {_SURROGATES}")
         if self.command is not None and self.script is not None:
             raise ValueError("command: give either command or script, not both")
         simulated = self.duration is not None or self.application is not None
@@ -123,14 +168,51 @@ class JobSpec(BaseModel):
     def parse(cls, data: Any) -> JobSpec:
         """Validate user input; raise `SpecError` with one line naming the field."""
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context=_BOUNDARY)
         except ValidationError as e:
             raise SpecError(one_line_error(e)) from None
+
+
+_BOUNDARY = {"boundary": True}
+_SURROGATES = "lone surrogate characters (\\ud800-\\udfff) are not allowed; expected valid Unicode text"
+
+
+def _at_boundary(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("boundary"))
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable_field(spec: JobSpec) -> str | None:
+    """The first field holding text that cannot be encoded (a lone surrogate), or None."""
+    for name in ("name", "script", "image", "user", "workdir", "application"):
+        value = getattr(spec, name)
+        if value is not None and not _encodable(value):
+            return name
+    if spec.command is not None and not all(_encodable(a) for a in spec.command):
+        return "command"
+    if spec.env and not all(_encodable(k) and _encodable(v) for k, v in spec.env.items()):
+        return "env"
+    return None
 
 
 _LOC_HINTS = {
     "gpus": "expected an integer >= 1 or 'auto'",
     "launcher": "expected one of " + ", ".join(LAUNCHERS),
+    "min_gpus": "expected an integer >= 1",
+    "max_gpus": "expected an integer >= 1",
+    "batch_size": "expected an integer >= 1",
+    "priority": "expected an integer",
+    "duration": "expected a number of seconds > 0",
+    "adaptive_batch": "expected true or false",
 }
 
 
@@ -144,7 +226,9 @@ def one_line_error(e: ValidationError) -> str:
     head = loc.split(".")[0]
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown field; allowed: {', '.join(JobSpec.model_fields)}"
-    allowed = _LOC_HINTS.get(head, msg[0].lower() + msg[1:])
+    if err["type"] == "string_unicode":  # pydantic-core's own check of a constrained string
+        return f"{head}: {_SURROGATES}"
+    allowed = _LOC_HINTS.get(head, msg if msg[1:2].isupper() else msg[0].lower() + msg[1:])
     got = err.get("input")
     return f"{head}: {allowed}, got {got!r}" if head in _LOC_HINTS else f"{loc}: {allowed}"
 

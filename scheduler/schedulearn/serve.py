@@ -124,6 +124,9 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
         def get_login_url(self) -> str:
             raise web.HTTPError(403, "token: missing or wrong; send 'Authorization: token <TOKEN>'")
 
+        def _request_summary(self) -> str:  # the access log: no `?token=` in clear
+            return f"{self.request.method} {routes.redact_uri(self.request.uri)} ({self.request.remote_ip})"
+
     class ServeApi(TokenAuth, routes.ApiMixin, web.RequestHandler):
         def initialize(self) -> None:
             self.manager = manager
@@ -162,7 +165,11 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
     manager = SchedulerManager(settings)
     manager.start()
     app = make_app(manager, tokens, base_url)
-    server = app.listen(port, host, max_body_size=64 * 1024 * 1024)
+    try:
+        server = app.listen(port, host, max_body_size=64 * 1024 * 1024)
+    except BaseException:
+        await manager.stop()  # gives the store's lease back
+        raise
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -184,6 +191,7 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
 
 def run_from_args(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin at import
     try:
         tokens = load_tokens(args)
         generated = None
@@ -198,15 +206,18 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"schedulearn serve: {e}", file=sys.stderr)
         return 2
     shown = "localhost" if args.host in ("0.0.0.0", "::", "") else args.host
-    print(f"schedulearn: API at http://{shown}:{args.port}{args.base_url.rstrip('/')}/schedulearn/api/",
-          file=sys.stderr, flush=True)
-    if generated:
-        print(f"schedulearn: token {generated}  (export SCHEDULEARN_TOKEN={generated})", file=sys.stderr,
-              flush=True)
+
+    def ready(manager: Any) -> None:  # listening, with the store's lease: say where
+        print(f"schedulearn: API at http://{shown}:{args.port}{args.base_url.rstrip('/')}/schedulearn/api/",
+              file=sys.stderr, flush=True)
+        if generated:
+            print(f"schedulearn: token {generated}  (export SCHEDULEARN_TOKEN={generated})", file=sys.stderr,
+                  flush=True)
+
     from .store import StoreError
 
     try:
-        asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url))
+        asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url, ready=ready))
     except (SpecError, StoreError) as e:
         print(f"schedulearn serve: {e}", file=sys.stderr)
         return 2

@@ -56,6 +56,8 @@ _GATE = ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; exec "$@" </dev/nu
 log = logging.getLogger("schedulearn.executors.local")
 
 PID_FILE = "pid"
+#: The reason's start for a run found gone, with no exit status, after a server restart.
+LOST = "lost on restart"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding `schedulearn`
 
 
@@ -303,9 +305,9 @@ class LocalExecutor(JobDirExecutor):
         else:
             _wait_foreign(run.pid)
             self._drain_group(run)
+            # Not our child: its status is what the wrapper recorded, or unknown when the wrapper
+            # itself was killed (never -1, which would read as "killed by SIGHUP").
             code = _read_exit_code(self.job_dir(run.job_id) / EXIT_CODE_FILE)
-            if code is None:
-                code = -1
         self._ended(run, code)
 
     def _drain_group(self, run: _Run) -> None:
@@ -338,7 +340,9 @@ class LocalExecutor(JobDirExecutor):
             if not run.gone.wait(10):
                 log.error("job %s: process group %s survived SIGKILL", run.job_id, run.pid)
 
-    def _ended(self, run: _Run, code: int) -> None:
+    def _ended(self, run: _Run, code: int | None) -> None:
+        """The run is over; `code` is its exit status (negative: the signal that killed it), None
+        when it cannot be known (a re-attached run whose wrapper was killed)."""
         run.code = code
         with self._lock:
             current = self._runs.get(run.job_id) is run
@@ -350,12 +354,15 @@ class LocalExecutor(JobDirExecutor):
             reason = f"stopped for {run.stopping}"
         elif code == 0:
             reason = ""
+        elif code is None:
+            reason = self._unknown_exit(run)
         else:
             reason = self._failure(run, code)
         if not self._closed:  # else the next server's executor owns the log
             try:
                 with open(self.log_path(run.job_id), "ab") as f:
-                    f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
+                    f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code "
+                            f"{'unknown' if code is None else code}"
                             f"{': ' + reason if reason else ''} ===\n".encode())
             except OSError:
                 pass
@@ -364,6 +371,9 @@ class LocalExecutor(JobDirExecutor):
             self._report(run.job_id, code, reason)
 
     def _failure(self, run: _Run, code: int) -> str:
+        """Why a run with exit status `code` failed: the signal that ended it, the log's last
+        exception line, or the code. `code` < 0 is the signal that killed our child (its
+        wrapper) and 128 + N the wrapper's report of a command ended by signal N."""
         last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
         sig = -code if code < 0 else (code - 128 if code > 128 else 0)
         if 0 < sig < signal.NSIG and (code < 0 or sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV,
@@ -373,7 +383,13 @@ class LocalExecutor(JobDirExecutor):
             return f"{text}; last log line: {last}" if last else text
         return last or f"exit code {code}"
 
-    def _report(self, job_id: int, code: int, reason: str) -> None:
+    def _unknown_exit(self, run: _Run) -> str:
+        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
+        text = (f"ended without recording its exit status (its wrapper, pid {run.pid}, was killed, "
+                "e.g. by SIGKILL, not by the scheduler); exit status unknown")
+        return f"{text}; last log line: {last}" if last else text
+
+    def _report(self, job_id: int, code: int | None, reason: str) -> None:
         self._call(self.engine.job_exited if self.engine is not None else None, job_id, code, reason)
 
     def _call(self, fn: Callable[..., None] | None, *args: object) -> None:
@@ -418,7 +434,8 @@ class LocalExecutor(JobDirExecutor):
         d = self.job_dir(job.id)
         info = self._pid_info(job.id)
         if info is None:
-            self._report(job.id, -1, "lost on restart")
+            self._report(job.id, None, f"{LOST}: no record of its process ({PID_FILE} file missing or "
+                                       "unreadable); exit status unknown")
             return None
         pid = int(info["pid"])
         if self._alive(info):
@@ -428,7 +445,7 @@ class LocalExecutor(JobDirExecutor):
             return _Run(job.id, pid, int(info.get("restarts", 0)), None)
         code = _read_exit_code(d / EXIT_CODE_FILE) if info.get("boot_id") == self._boot_id else None
         if code is None:
-            self._report(job.id, -1, "lost on restart")
+            self._report(job.id, None, f"{LOST}: ended while the server was down; exit status unknown")
         else:
             why = "" if code == 0 else f"exit code {code} while the server was down: " + (
                 joblogs.failure_reason(self.logs(job.id, 60)) or "no log")

@@ -1,0 +1,144 @@
+"""One scheduler per store, with real server processes on SQLite and PostgreSQL: a second
+`schedulearn serve` (or Jupyter server with the extension) on a store in use refuses to start with
+one line naming the holder; the lease is given back on exit and taken over after `kill -9`, also
+while a job of the killed server is still running (jobs do not hold it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from schedulearn.client import Client, ClientError
+from schedulearn.store.lease import LeaseError, acquire, lock_path
+
+from tests.fixtures.jupyter import ROOT, LiveServer, free_port
+from tests.test_server_live import Serve, alive, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        return request.getfixturevalue("postgres_fresh_url")
+    return f"sqlite:///{tmp_path / 'shared.db'}"
+
+
+def serve_args(home: Path, store: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(port), "--store", store,
+            "--job-root", str(home / "jobs"), "--token", "t", "--virtual-gpus", "1", "--tick", "0.2"]
+
+
+def second_serve(tmp_path: Path, store: str) -> subprocess.CompletedProcess:
+    home = tmp_path / "second"
+    home.mkdir(exist_ok=True)
+    return subprocess.run(serve_args(home, store, free_port()), env=ENV, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_lease_in_one_process(tmp_path: Path, store_url: str):
+    first = acquire(store_url)
+    try:
+        with pytest.raises(LeaseError) as e:
+            acquire(store_url)
+        msg = str(e.value)
+        assert "\n" not in msg and "is in use by another scheduler" in msg
+        if store_url.startswith("sqlite"):
+            assert f"pid {os.getpid()} on {socket.gethostname()}" in msg
+            held = json.loads(lock_path(tmp_path / "shared.db").read_text())
+            assert held["pid"] == os.getpid()
+        else:
+            assert f"schedulearn {os.getpid()}@" in msg
+    finally:
+        first.release()
+    with acquire(store_url) as again:  # given back: taken at once
+        assert again.held
+    assert not again.held
+    assert acquire("sqlite://").held is False  # in memory: private to its process, no lease
+
+
+def test_a_second_serve_refuses_to_start_naming_the_holder(tmp_path: Path, store_url: str):
+    first = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=store_url)
+    try:
+        Client(first.url, "t").submit({"command": ["true"]})
+        t0 = time.monotonic()
+        proc = second_serve(tmp_path, store_url)
+        assert time.monotonic() - t0 < 30
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert lines[0].startswith("schedulearn serve: store: ") and "in use by another scheduler" in lines[0]
+        assert str(first.proc.pid) in lines[0]  # names the holder
+        # the first one is untouched and still schedules
+        c = Client(first.url, "t")
+        job = c.submit({"command": ["true"]})
+        wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the first server's job")
+    finally:
+        first.stop()
+    # given back on a clean exit: a new server starts on the same store
+    again = Serve(tmp_path / "third", "--token", "t", "--virtual-gpus", "1", store=store_url)
+    try:
+        assert len(Client(again.url, "t").jobs()) == 2
+    finally:
+        again.stop()
+
+
+def test_kill_9_of_the_holder_frees_the_lease_even_with_its_job_running(tmp_path: Path, store_url: str):
+    first = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=store_url)
+    c = Client(first.url, "t")
+    job = c.submit({"command": SLEEP})
+    wait_for(lambda: c.job(job["id"])["state"] == "running", what="the job to start")
+    pid = int(json.loads((tmp_path / "first" / "jobs" / str(job["id"]) / "pid").read_text())["pid"])
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    first.stop()
+    assert alive(pid), "the job outlives its server"
+    # the lease went with the holder; the job's processes hold none of it
+    nxt = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=store_url)
+    try:
+        c = Client(nxt.url, "t")
+        assert c.job(job["id"])["state"] == "running"  # re-attached by the new holder
+        proc = second_serve(tmp_path, store_url)
+        assert proc.returncode == 2 and str(nxt.proc.pid) in proc.stderr, proc.stderr
+        c.cancel(job["id"])
+        wait_for(lambda: c.job(job["id"])["state"] == "cancelled", what="the job to stop")
+    finally:
+        nxt.stop()
+        if alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_jupyter_server_on_a_store_in_use_starts_no_scheduler(tmp_path: Path):
+    """Jupyter itself runs (notebooks are still useful); its scheduler API answers 503 naming the
+    holder, and the log says so in one line."""
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    first = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", store=store)
+    jupyter = LiveServer(tmp_path / "jupyter", {"store_url": store, "virtual_gpus": 1,
+                                                "job_root": str(tmp_path / "jjobs"), "tick": 0.2})
+    try:
+        jupyter.start()
+        c = Client(jupyter.url, jupyter.token)
+        for call in (c.jobs, c.gpus, lambda: c.submit({"command": ["true"]})):
+            with pytest.raises(ClientError) as e:
+                call()
+            assert e.value.status == 503 and "in use by another scheduler" in str(e.value)
+            assert str(first.proc.pid) in str(e.value)
+        jupyter.stop()
+        out = jupyter.output()
+        refused = [ln for ln in out.splitlines() if "in use by another scheduler" in ln]
+        assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
+        assert "Traceback" not in out, out
+        assert Client(first.url, "t").jobs() == []  # nothing reached the store
+    finally:
+        jupyter.stop()
+        first.stop()

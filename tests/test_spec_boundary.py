@@ -1,0 +1,66 @@
+"""`JobSpec.parse` at the boundary: strict types, and specs that can never launch refused with one
+line naming the field (the server answers 400 with it; tests/test_server_boundary.py)."""
+
+from __future__ import annotations
+
+import pytest
+from schedulearn.model import JobSpec, SpecError
+from schedulearn.store import SqlStore
+
+OK = {"command": ["true"]}
+
+
+@pytest.mark.parametrize("extra, error", [
+    ({"gpus": "2"}, "gpus: expected an integer >= 1 or 'auto', got '2'"),
+    ({"gpus": 2.0}, "gpus: expected an integer >= 1 or 'auto', got 2.0"),
+    ({"gpus": True}, "gpus: expected an integer >= 1 or 'auto', got True"),
+    ({"min_gpus": "1"}, "min_gpus: expected an integer >= 1, got '1'"),
+    ({"max_gpus": 4.0}, "max_gpus: expected an integer >= 1, got 4.0"),
+    ({"priority": "3"}, "priority: expected an integer, got '3'"),
+    ({"adaptive_batch": "yes"}, "adaptive_batch: expected true or false, got 'yes'"),
+    ({"adaptive_batch": 1}, "adaptive_batch: expected true or false, got 1"),
+    ({"batch_size": "64"}, "batch_size: expected an integer >= 1, got '64'"),
+    ({"env": {"A=B": "1"}}, "env: names must match [A-Za-z_][A-Za-z0-9_]* (a shell identifier), got 'A=B'"),
+    ({"env": {"1BAD": "1"}}, "env: names must match [A-Za-z_][A-Za-z0-9_]* (a shell identifier), got '1BAD'"),
+    ({"env": {"A\x00B": "1"}}, "env: names must match [A-Za-z_][A-Za-z0-9_]* (a shell identifier), got "),
+    ({"env": {"": "1"}}, "env: names must match "),
+    ({"env": {"OK": "a\x00b"}}, "env: NUL characters (\\u0000) are not allowed in a value (OK)"),
+    ({"command": ["echo", "a\x00b"]}, "command: NUL characters (\\u0000) are not allowed in an argument"),
+    ({"command": ["echo", "\udfff"]}, "command: lone surrogate characters (\\ud800-\\udfff) are not allowed"),
+    ({"env": {"OK": "\ud800"}}, "env: lone surrogate characters"),
+    ({"env": {"\udfff": "x"}}, "env: names must match "),
+    ({"name": "x\udfff"}, "name: lone surrogate characters"),
+    ({"command": None, "script": "print('\udfff')"}, "script: lone surrogate characters"),
+    ({"workdir": "/tmp/\udc80"}, "workdir: lone surrogate characters"),
+])
+def test_specs_that_cannot_launch_or_are_mistyped_are_one_line_errors(extra, error):
+    with pytest.raises(SpecError) as e:
+        JobSpec.parse({**OK, **extra})
+    assert str(e.value).startswith(error), str(e.value)
+    assert "\n" not in str(e.value)
+    str(e.value).encode("utf-8")  # the message itself is printable/encodable (no surrogate in it)
+
+
+@pytest.mark.parametrize("extra", [
+    {"gpus": 2}, {"gpus": "auto"}, {"min_gpus": 1, "max_gpus": 4, "gpus": "auto"}, {"priority": -3},
+    {"env": {"_A1": "x=y", "PATH_2": "é ✓ 🚀", "a": ""}}, {"name": "日本語 job ✓"},
+    {"command": ["echo", "🚀"]}, {"duration": 5}, {"duration": 2.5}, {"adaptive_batch": True},
+])
+def test_good_specs_still_parse(extra):
+    spec = JobSpec.parse({**OK, **extra})
+    for key, value in extra.items():
+        assert getattr(spec, key) == value
+
+
+def test_the_store_reads_back_a_spec_stored_before_the_stricter_checks(tmp_path):
+    """A job submitted by an older version (an env name that is not an identifier) still loads: the
+    launch checks are made on user input, not on what the store holds."""
+    from schedulearn.model import Job
+
+    old = JobSpec(command=["true"], env={"1BAD": "x"})  # built in code: no boundary checks
+    with SqlStore(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        store.add_job(Job(id=1, spec=old, submit_time=0.0))
+        (back,) = store.load_jobs()
+    assert back.spec.env == {"1BAD": "x"}
+    with pytest.raises(SpecError):
+        JobSpec.parse(old.model_dump())

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import joblogs
+from .. import joblogs, nofollow
 from ..model import Allocation, Job, JobSpec
 from .base import ExecutorError
 from .jobdir import JobDirExecutor
@@ -73,6 +73,7 @@ class LocalExecutor(JobDirExecutor):
         python: str = sys.executable,
         use_uuids: bool = False,
         env: dict[str, str] | None = None,
+        run_as: Callable[[str], object] | None = None,
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
@@ -87,6 +88,7 @@ class LocalExecutor(JobDirExecutor):
         self._relaunch: dict[int, _Relaunch] = {}
         self._closed = False
         self._boot_id = _boot_id()
+        self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
 
     # -- paths ---------------------------------------------------------------------------------
     # -- Executor --------------------------------------------------------------------------------
@@ -182,7 +184,10 @@ class LocalExecutor(JobDirExecutor):
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         (worker,) = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
                                   use_uuids=self.use_uuids)
+        account = self.account_for(spec)
         env = self._env(spec, worker.env)
+        if account is not None:
+            env.update(account.env())  # HOME, USER, LOGNAME: the account's
         cwd = Path(spec.workdir) if spec.workdir else d
         if not cwd.is_dir():
             raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
@@ -190,7 +195,7 @@ class LocalExecutor(JobDirExecutor):
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        with open(d / joblogs.LOG_NAME, "ab") as logf:
+        with open(d / joblogs.LOG_NAME, "ab", opener=nofollow.opener) as logf:
             logf.write(
                 f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} "
                 f"CUDA_VISIBLE_DEVICES={worker.env['CUDA_VISIBLE_DEVICES']}: {worker.shell()} ===\n".encode())
@@ -198,14 +203,16 @@ class LocalExecutor(JobDirExecutor):
             try:
                 popen = subprocess.Popen(
                     wrap_exit_code(worker.argv, exit_file), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                    **(account.popen_kwargs() if account is not None else {}))
             except OSError as e:
                 raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
         run = _Run(job_id, popen.pid, restarts, popen)
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
                 "restarts": restarts, "argv": worker.argv}
         tmp = d / (PID_FILE + ".tmp")
-        tmp.write_text(json.dumps(info))
+        tmp.unlink(missing_ok=True)
+        nofollow.write_text(tmp, json.dumps(info))
         os.replace(tmp, d / PID_FILE)
         threading.Thread(target=self._watch, args=(run,), name=f"watch-{job_id}", daemon=True).start()
         return run
@@ -289,7 +296,7 @@ class LocalExecutor(JobDirExecutor):
             reason = self._failure(run, code)
         if not self._closed:  # else the next server's executor owns the log
             try:
-                with open(self.log_path(run.job_id), "ab") as f:
+                with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
                     f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
                             f"{': ' + reason if reason else ''} ===\n".encode())
             except OSError:
@@ -335,7 +342,8 @@ class LocalExecutor(JobDirExecutor):
     def _reattach(self, job: Job) -> _Run | None:
         d = self.job_dir(job.id)
         try:
-            info = json.loads((d / PID_FILE).read_text())
+            # the server's own file: a job cannot make us signal another process group
+            info = json.loads(nofollow.read_text(d / PID_FILE, owner=os.geteuid()))
             pid, started = int(info["pid"]), info["start_time"]
         except (OSError, ValueError, KeyError, TypeError):
             self._report(job.id, -1, "lost on restart")
@@ -343,7 +351,7 @@ class LocalExecutor(JobDirExecutor):
         alive = (info.get("boot_id") == self._boot_id and started is not None
                  and _start_time(pid) == started and not _is_zombie(pid))
         if alive:
-            with open(self.log_path(job.id), "ab") as f:
+            with open(self.log_path(job.id), "ab", opener=nofollow.opener) as f:
                 f.write(f"{joblogs.MARKER} re-attached to run #{info.get('restarts', 0)} "
                         f"(pid {pid}) ===\n".encode())
             return _Run(job.id, pid, int(info.get("restarts", 0)), None)
@@ -426,7 +434,7 @@ def _wait_foreign(pid: int) -> None:
 
 def _read_exit_code(path: Path) -> int | None:
     try:
-        return int(path.read_text().strip())
+        return int(nofollow.read_text(path).strip())
     except (OSError, ValueError):
         return None
 

@@ -371,7 +371,10 @@ class DockerExecutor(JobDirExecutor):
         cwd = spec.workdir or str(d)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         where = " ".join(f"{n}{list(alloc[n])}" for n in alloc)
-        logf = open(self.log_path(job_id), "ab", buffering=0, opener=nofollow.opener)
+        try:
+            logf = open(self.log_path(job_id), "ab", buffering=0, opener=nofollow.opener)  # noqa: SIM115
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
         logf.write(f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} in {image} on {where} "
                    f"CUDA_VISIBLE_DEVICES={plans[0][2]['CUDA_VISIBLE_DEVICES']}: "
                    f"{' '.join(plans[0][1])} ===\n".encode())

@@ -45,6 +45,13 @@ class JobDirExecutor(Executor):
 
     def prepare(self, job: Job, now: float) -> Path:
         """The job's directory, ready for a (re)start: bundle written, checkpoints folder made."""
+        try:
+            return self._prepare(job, now)
+        except OSError as e:  # e.g. a link the job left in place of main.py: this job fails, not the round
+            raise ExecutorError(f"job {job.id}: cannot prepare its directory: {e.strerror}: "
+                                f"{e.filename}") from None
+
+    def _prepare(self, job: Job, now: float) -> Path:
         d = self.job_dir(job.id)
         first = job.restarts == 0 and job.start_time == now
         if first and d.exists() and any(d.iterdir()):

@@ -195,7 +195,11 @@ class LocalExecutor(JobDirExecutor):
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        with open(d / joblogs.LOG_NAME, "ab", opener=nofollow.opener) as logf:
+        try:
+            logf = open(d / joblogs.LOG_NAME, "ab", opener=nofollow.opener)  # noqa: SIM115
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
+        with logf:
             logf.write(
                 f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} "
                 f"CUDA_VISIBLE_DEVICES={worker.env['CUDA_VISIBLE_DEVICES']}: {worker.shell()} ===\n".encode())
@@ -211,9 +215,12 @@ class LocalExecutor(JobDirExecutor):
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
                 "restarts": restarts, "argv": worker.argv}
         tmp = d / (PID_FILE + ".tmp")
-        tmp.unlink(missing_ok=True)
-        nofollow.write_text(tmp, json.dumps(info))
-        os.replace(tmp, d / PID_FILE)
+        try:
+            tmp.unlink(missing_ok=True)
+            nofollow.write_text(tmp, json.dumps(info))
+            os.replace(tmp, d / PID_FILE)
+        except OSError as e:  # the run goes on; only a server restart could not re-attach to it
+            log.warning("job %s: cannot write its pid file: %s", job_id, e)
         threading.Thread(target=self._watch, args=(run,), name=f"watch-{job_id}", daemon=True).start()
         return run
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from schedulearn import policies
+from schedulearn.accounts import NoAccount, UserMap, check_can_switch
 from schedulearn.engine import Engine, JobFinished, JobNotFound, RealClock
 from schedulearn.model import SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
 
@@ -86,6 +87,11 @@ class Settings:
     node_name: str = field(default_factory=socket.gethostname)
     #: a user may cancel only their own jobs (jobs without a user are anyone's)
     check_owner: bool = True
+    #: the shared set-up: each user's jobs run as the OS account this maps them to (the server
+    #: must be root); None: every job runs as the server's account
+    user_map: UserMap | None = None
+    #: the users who may switch the policy; None: everyone (the single-user set-up)
+    admins: list[str] | None = None
 
     def validate(self) -> None:
         if self.executor not in EXECUTORS:
@@ -97,6 +103,14 @@ class Settings:
         if self.tick <= 0:
             raise SpecError(f"tick: expected seconds > 0, got {self.tick}")
         policies.create(self.default_policy)  # SpecError naming the policies when unknown
+        if self.switches_users:
+            check_can_switch()
+            self.user_map.check()  # type: ignore[union-attr]
+
+    @property
+    def switches_users(self) -> bool:
+        """Whether jobs run as their users' accounts (processes or containers: not `sim`)."""
+        return self.user_map is not None and self.executor != "sim"
 
 
 @functools.cache
@@ -171,12 +185,16 @@ def make_executor(settings: Settings) -> Any:
         except ImportError as e:
             raise SpecError(f"executor: 'docker' is not available here ({e})") from None
         return DockerExecutor(docker_hosts(settings), settings.job_root, image=settings.default_image or None,
-                              cancel_grace=settings.cancel_grace)
+                              cancel_grace=settings.cancel_grace, run_as=_run_as(settings))
     try:
         from schedulearn.executors.local import LocalExecutor
     except ImportError as e:
         raise SpecError(f"executor: 'local' is not available here ({e})") from None
-    return LocalExecutor(settings.job_root, settings.cancel_grace)
+    return LocalExecutor(settings.job_root, settings.cancel_grace, run_as=_run_as(settings))
+
+
+def _run_as(settings: Settings) -> Any:
+    return settings.user_map.account if settings.switches_users else None  # type: ignore[union-attr]
 
 
 def _sim_executor() -> Any:
@@ -389,10 +407,19 @@ class SchedulerManager:
     async def policies(self) -> list[dict[str, str]]:
         return policies.available()
 
-    async def policy(self) -> dict[str, str]:
-        return {"policy": self.engine.policy.name}
+    def can_switch(self, user: str) -> bool:
+        """Whether `user` may switch the policy: an admin, or anyone where no admins are set."""
+        admins = self.settings.admins
+        return admins is None or user in admins
+
+    async def policy(self, user: str = "") -> dict[str, Any]:
+        return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user)}
 
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
+        if not self.can_switch(user):
+            raise Forbidden(f"policy: only the scheduler's admins may switch it "
+                            f"({', '.join(self.settings.admins or []) or 'none configured'}); "
+                            f"you are {user!r}")
         if not isinstance(name, str):
             names = ", ".join(p["name"] for p in policies.available())
             raise ApiError(f"policy: expected one of {names}, got {name!r}")
@@ -435,6 +462,11 @@ class SchedulerManager:
         if not isinstance(data, dict):
             raise ApiError("body: expected a JSON object (a JobSpec)")
         data = {**data, "user": user}
+        if self.settings.switches_users:
+            try:  # the job would run as this account: refuse now rather than fail at start
+                self.settings.user_map.account(user)  # type: ignore[union-attr]
+            except NoAccount as e:
+                raise Forbidden(str(e)) from None
         if self.settings.executor == "docker" and not data.get("image") and self.settings.default_image:
             data["image"] = self.settings.default_image
         try:

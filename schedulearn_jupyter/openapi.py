@@ -87,7 +87,8 @@ JOB_ID = {"name": "job_id", "in": "path", "required": True,
           "schema": {"type": "integer", "minimum": 1}, "description": "The job's id"}
 
 E400 = _error("Invalid input: `{\"error\": \"<field>: <what is allowed>\"}`")
-E403 = _error("No or a wrong token; or (DELETE) the job is another user's")
+E403 = _error("No or a wrong token; or (DELETE) the job is another user's; or (POST, shared set-up) "
+              "the caller has no OS account to run jobs as")
 E404 = _error("No such job (or no result yet)")
 E413 = _error("Request body too large")
 E503 = _error("The scheduler cannot answer: its store is unreachable, or (a Jupyter server) another "
@@ -110,8 +111,9 @@ def _document() -> dict[str, Any]:
                           "403": E403},
         }},
         "/policy": {
-            "get": {"operationId": "getPolicy", "summary": "The policy in force",
-                    "responses": {"200": _json(_ref("Policy"), "The policy"), "403": E403}},
+            "get": {"operationId": "getPolicy",
+                    "summary": "The policy in force, and whether the caller may switch it",
+                    "responses": {"200": _json(_ref("PolicyState"), "The policy"), "403": E403}},
             "put": {"operationId": "setPolicy", "summary": "Switch the policy (from the next round on)",
                     "requestBody": {"required": True, "content": {"application/json": {"schema": {
                         "type": "object", "required": ["policy"],
@@ -121,7 +123,9 @@ def _document() -> dict[str, Any]:
                     "responses": {"200": _json(_ref("Policy"), "The new policy"),
                                   "400": _error("Unknown policy (the message lists the names), or not "
                                                 "JSON"),
-                                  "403": E403, "413": E413}},
+                                  "403": _error("No or a wrong token; or the caller is not one of the "
+                                                "scheduler's admins (`can_switch` is false)"),
+                                  "413": E413}},
         },
         "/gpus": {"get": {
             "operationId": "listGpus", "summary": "The GPU inventory and which job holds each GPU",
@@ -226,6 +230,11 @@ def _document() -> dict[str, Any]:
                 "Nodes": NODES,
                 "Policy": {"type": "object", "required": ["policy"],
                            "properties": {"policy": {"type": "string"}}},
+                "PolicyState": {"type": "object", "required": ["policy", "can_switch"],
+                                "properties": {"policy": {"type": "string"},
+                                               "can_switch": {"type": "boolean", "description":
+                                                              "whether the caller may switch the policy "
+                                                              "(an admin; everyone where none are set)"}}},
                 "PolicyInfo": {"type": "object", "required": ["name", "description"],
                                "properties": {"name": {"type": "string"},
                                               "description": {"type": "string"}}},

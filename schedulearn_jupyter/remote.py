@@ -95,7 +95,8 @@ class RemoteManager:
     async def policies(self) -> list[dict[str, str]]:
         return await self._fetch("GET", "policies")
 
-    async def policy(self) -> dict[str, str]:
+    async def policy(self, user: str = "") -> dict[str, Any]:
+        """The remote policy, and whether this server's token may switch it (`can_switch`)."""
         return await self._fetch("GET", "policy")
 
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:

@@ -126,7 +126,7 @@ class PoliciesHandler(ApiMixin):
 class PolicyHandler(ApiMixin):
     @web.authenticated
     async def get(self):
-        self.send_json(await self.manager.policy())
+        self.send_json(await self.manager.policy(self.user_name()))
 
     @web.authenticated
     async def put(self):

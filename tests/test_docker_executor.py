@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from schedulearn import joblogs
+from schedulearn.accounts import Account, NoAccount
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.docker import LABEL_JOB, DockerExecutor
 from schedulearn.executors.hosts import parse_hosts
@@ -170,6 +171,41 @@ def test_job_runs_as_the_configured_non_root_user_and_can_write_its_directory(do
             assert job.state is JobState.succeeded, job.reason
             assert "uid=65534 gid=65534\n" in ex.logs(job.id)
             assert (ex.job_dir(job.id) / "out.txt").stat().st_uid == 65534
+
+    asyncio.run(main())
+
+
+def test_each_users_job_runs_as_their_mapped_account_in_a_private_directory(dockerd, tmp_path):
+    """The shared set-up's `run_as`: per job uid:gid and groups, HOME/USER/LOGNAME, a 0700
+    directory owned by the account; a user without an account fails at start, never as root."""
+    nobody = Account("nobodyish", 65534, 65534, (65534, 4242), "/home/nobodyish")
+
+    def run_as(user: str) -> Account:
+        if user != "alice":
+            raise NoAccount(f"user: {user!r} has no OS account on this server (user_map)")
+        return nobody
+
+    ex = executor([dockerd], tmp_path / "jobs", run_as=run_as)
+    probe = ("import os\nopen('out.txt', 'w').write('x')\n"
+             "print(f'uid={os.getuid()} gid={os.getgid()} groups={sorted(os.getgroups())}')\n"
+             "print('env', os.environ['HOME'], os.environ['USER'], os.environ['LOGNAME'])\n")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"script": probe, "user": "alice"})
+            stranger = eng.submit({"script": probe, "user": "mallory"})
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            await wait_for(final(eng, stranger.id), 30, "the stranger's job to end")
+            assert job.state is JobState.succeeded, job.reason
+            log = ex.logs(job.id)
+            assert "uid=65534 gid=65534 groups=[4242, 65534]\n" in log
+            assert f"env {ex.job_dir(job.id)} nobodyish nobodyish\n" in log
+            st = ex.job_dir(job.id).stat()
+            assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700)
+            assert (ex.job_dir(job.id) / "out.txt").stat().st_uid == 65534
+            assert stranger.state is JobState.failed
+            assert stranger.reason == "user: 'mallory' has no OS account on this server (user_map)"
+            assert not labelled(dockerd, stranger.id)  # no container was made for it
 
     asyncio.run(main())
 

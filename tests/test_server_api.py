@@ -31,11 +31,12 @@ async def test_policies_and_policy_switch(sl_api, sl_manager):
     assert code == 200
     assert [p["name"] for p in data] == [p["name"] for p in policies.available()]
     assert all(p["description"] for p in data)
-    assert await sl_api("GET", "policy") == (200, {"policy": "fifo"})
+    # the one user of an embedded server is its admin
+    assert await sl_api("GET", "policy") == (200, {"policy": "fifo", "can_switch": True})
     assert await sl_api("PUT", "policy", {"policy": "las"}) == (200, {"policy": "las"})
     assert sl_manager.engine.policy.name == "las"
     assert sl_manager.store.get_policy() == "las"  # remembered across restarts
-    assert await sl_api("GET", "policy") == (200, {"policy": "las"})
+    assert await sl_api("GET", "policy") == (200, {"policy": "las", "can_switch": True})
 
 
 @pytest.mark.parametrize("body", [{"policy": "nope"}, {"policy": 3}, {}, [], '"x"'])

@@ -151,7 +151,11 @@ class Serve:
 def serve(tmp_path: Path):
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"alice-token": "alice", "bob-token": "bob"}))
-    s = Serve(tmp_path / "serve", "--tokens", str(tokens), "--virtual-gpus", "2", "--tick", "0.2")
+    tokens.chmod(0o600)  # a tokens file readable by others is refused
+    # no OS accounts alice/bob here: every job as the server's account (tests/test_multiuser.py
+    # runs the isolated set-up with real accounts)
+    s = Serve(tmp_path / "serve", "--tokens", str(tokens), "--user-map", "server", "--virtual-gpus", "2",
+              "--tick", "0.2")
     yield s
     s.stop()
 

@@ -222,10 +222,12 @@ def _queue_widget_class() -> type:
             self._stop = threading.Event()
             self._lock = threading.Lock()
             names, descriptions = _policies(client)
-            current = client.policy()
+            info = client.policy_info()
+            current = info["policy"]
             self.dropdown = w.Dropdown(options=names, value=current if current in names else None,
                                        description="Policy:")
             self.dropdown.add_class("schedulearn-policy")
+            self._show_can_switch(info.get("can_switch", True))
             self.dropdown.observe(self._on_choose, names="value")
             self.descriptions = descriptions
             self.message = w.HTML()
@@ -265,6 +267,15 @@ def _queue_widget_class() -> type:
                 self.message.value = f"<span style='color:#dc322f'>{html.escape(str(e))}</span>"
                 self._set_dropdown(change["old"])
 
+        def _show_can_switch(self, can: bool) -> None:
+            """Read-only (disabled, with a tooltip saying why) for a user who may not switch."""
+            self.dropdown.disabled = not can
+            self.dropdown.tooltip = None if can else READ_ONLY_TIP
+            if can:
+                self.dropdown.remove_class("schedulearn-policy-readonly")
+            else:
+                self.dropdown.add_class("schedulearn-policy-readonly")
+
         def _set_dropdown(self, value: str | None) -> None:
             with self._lock:
                 self._syncing = True
@@ -277,9 +288,12 @@ def _queue_widget_class() -> type:
 
         def refresh(self) -> None:
             jobs = _recent_jobs(self.client, self.limit)
-            current = self.client.policy()
+            info = self.client.policy_info()
+            current = info["policy"]
             if current != self.dropdown.value:
                 self._set_dropdown(current)
+            if self.dropdown.disabled != (not info.get("can_switch", True)):
+                self._show_can_switch(info.get("can_switch", True))
             self.table.value = views.html_table(jobs)
             self.jobs = jobs
 
@@ -304,6 +318,8 @@ def _queue_widget_class() -> type:
 
 
 _QUEUE_WIDGET: type | None = None
+#: the policy dropdown's tooltip for users who may not switch the policy
+READ_ONLY_TIP = "Only the scheduler's admins can switch the policy"
 #: Queue widgets that still poll; the oldest is paused when a newer one would exceed this.
 MAX_LIVE_QUEUES = 3
 _LIVE_QUEUES: list[Any] = []

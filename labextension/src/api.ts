@@ -5,7 +5,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IEvent, IJob, INode, IPolicyInfo } from './types';
+import { IEvent, IJob, INode, IPolicyInfo, IPolicyState } from './types';
 
 export const API_PATH = 'schedulearn/api';
 
@@ -93,7 +93,14 @@ export class SchedulearnApi {
   }
 
   async policy(): Promise<string> {
-    return (await this.request<{ policy: string }>('policy')).policy;
+    return (await this.policyInfo()).policy;
+  }
+
+  /** The policy in force and whether this user may switch it (only admins may, where the
+   * server names admins; a server without `can_switch` lets everyone). */
+  async policyInfo(): Promise<IPolicyState> {
+    const r = await this.request<{ policy: string; can_switch?: boolean }>('policy');
+    return { policy: r.policy, canSwitch: r.can_switch !== false };
   }
 
   async setPolicy(policy: string): Promise<string> {

@@ -143,6 +143,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     app.commands.addCommand(CommandIDs.setPolicy, {
       label: args => (args.policy ? `Schedulearn: Use Policy ${args.policy}` : 'Schedulearn: Switch Policy…'),
+      isEnabled: () => model.snapshot?.canSwitch !== false,
       execute: async args => {
         let name = args.policy as string | undefined;
         if (!name) {

@@ -121,13 +121,13 @@ export class SchedulearnModel {
 
   private async _refresh(): Promise<void> {
     try {
-      const [nodes, jobs, policy, policies] = await Promise.all([
+      const [nodes, jobs, { policy, canSwitch }, policies] = await Promise.all([
         this.api.gpus(),
         this.api.jobs(),
-        this.api.policy(),
+        this.api.policyInfo(),
         this._snapshot?.policies.length ? Promise.resolve(this._snapshot.policies) : this.api.policies()
       ]);
-      this._snapshot = { nodes, jobs, policy, policies, now: Date.now() / 1000 };
+      this._snapshot = { nodes, jobs, policy, canSwitch, policies, now: Date.now() / 1000 };
       this._error = null;
       let learned = false;
       for (const job of jobs) {

@@ -9,6 +9,9 @@ import { IJobActions, renderJobsTable } from './jobs';
 import { SchedulearnModel } from './model';
 import { computeBars, renderTimeline } from './timeline';
 
+/** The policy selector's tooltip for users who may not switch the policy. */
+export const READ_ONLY_TIP = "Only the scheduler's admins can switch the policy";
+
 export interface IPanelOptions extends IJobActions {
   model: SchedulearnModel;
   setPolicy(name: string): Promise<void>;
@@ -28,6 +31,7 @@ export class SchedulearnPanel extends Widget {
   private _timelineTitle = h('span', {}, '');
   private _updated = h('span', { class: 'jp-schedulearn-updated' });
   private _policySwitching = false;
+  private _canSwitch = true;
 
   constructor(options: IPanelOptions) {
     super();
@@ -87,7 +91,7 @@ export class SchedulearnPanel extends Widget {
       return;
     }
     this._updated.textContent = `updated ${new Date(snap.now * 1000).toLocaleTimeString()}`;
-    this._renderPolicy(snap.policy, snap.policies);
+    this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options));
     const hours = this._options.timelineHours;
@@ -107,7 +111,11 @@ export class SchedulearnPanel extends Widget {
     this.render();
   }
 
-  private _renderPolicy(policy: string, policies: { name: string; description: string }[]): void {
+  private _renderPolicy(
+    policy: string,
+    policies: { name: string; description: string }[],
+    canSwitch = true
+  ): void {
     const names = policies.map(p => p.name);
     if (!names.includes(policy)) {
       names.push(policy);
@@ -126,6 +134,13 @@ export class SchedulearnPanel extends Widget {
       this._policy.value = policy;
     }
     this._policy.dataset.policy = policy;
+    // Read-only for users who are not the scheduler's admins (the server would answer 403).
+    this._canSwitch = canSwitch;
+    if (!this._policySwitching) {
+      this._policy.disabled = !canSwitch;
+    }
+    this._policy.title = canSwitch ? 'Scheduling policy' : READ_ONLY_TIP;
+    this._policy.classList.toggle('jp-mod-readonly', !canSwitch);
     const desc = policies.find(p => p.name === policy)?.description ?? '';
     this._policyNote.textContent = desc;
   }
@@ -137,7 +152,7 @@ export class SchedulearnPanel extends Widget {
       await this._options.setPolicy(name);
     } finally {
       this._policySwitching = false;
-      this._policy.disabled = false;
+      this._policy.disabled = !this._canSwitch;
       this.render();
     }
   }

@@ -56,11 +56,19 @@ export interface IPolicyInfo {
   description: string;
 }
 
+/** The policy in force (`GET policy`) and whether this user may switch it. */
+export interface IPolicyState {
+  policy: string;
+  canSwitch: boolean;
+}
+
 /** Everything the sidebar shows, fetched in one refresh. */
 export interface ISnapshot {
   nodes: INode[];
   jobs: IJob[];
   policy: string;
+  /** False for users who are not the scheduler's admins: the selector is read-only. */
+  canSwitch: boolean;
   policies: IPolicyInfo[];
   /** Client time (seconds) of the refresh. */
   now: number;

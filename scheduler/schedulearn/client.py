@@ -148,6 +148,11 @@ class Client:
     def policy(self) -> str:
         return self.request("GET", "policy")["policy"]
 
+    def policy_info(self) -> dict[str, Any]:
+        """`{"policy": NAME, "can_switch": BOOL}`: the policy in force and whether this token's
+        user may switch it (only admins may, where the server names admins)."""
+        return self.request("GET", "policy")
+
     def set_policy(self, name: str) -> str:
         return self.request("PUT", "policy", {"policy": name})["policy"]
 

@@ -245,16 +245,19 @@ def cmd_policy(args: argparse.Namespace) -> int:
             else:
                 print(f"policy: {name}")
             return 0
-        current = client.policy()
+        info = client.policy_info()
+        current, can_switch = info["policy"], info.get("can_switch", True)
         available = client.policies()
     except ClientError as e:
         return _fail(str(e))
     if args.json:
-        _print_json({"policy": current, "policies": available})
+        _print_json({"policy": current, "can_switch": can_switch, "policies": available})
         return 0
     for p in available:
         mark = "*" if p["name"] == current else " "
         print(f"{mark} {p['name']:<14} {p['description']}")
+    if not can_switch:
+        print("(only the scheduler's admins can switch the policy)")
     return 0
 
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+from . import nofollow
+
 MARKER = "=== schedulearn:"
 LOG_NAME = "log.txt"
 _MAX_REASON = 300
@@ -26,8 +28,8 @@ def tail(path: Path | str, lines: int | None = None) -> str:
     if lines is not None and lines < 0:
         raise ValueError(f"tail: expected a number of lines >= 0, got {lines}")
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+        f = open(path, "rb", opener=nofollow.opener)
+    except (FileNotFoundError, nofollow.NotAFile):
         return ""
     with f:
         if lines is None:
@@ -75,10 +77,10 @@ def follow(
             finished = done()  # read before the data, so nothing written before it is missed
             if f is None:
                 try:
-                    f = open(path, "rb")
+                    f = open(path, "rb", opener=nofollow.opener)
                     if not from_start:
                         f.seek(0, os.SEEK_END)
-                except FileNotFoundError:
+                except (FileNotFoundError, nofollow.NotAFile):
                     f = None
             if f is not None:
                 lines, buf = _read_new(f, buf)
@@ -110,10 +112,10 @@ async def afollow(
             finished = done()
             if f is None:
                 try:
-                    f = open(path, "rb")
+                    f = open(path, "rb", opener=nofollow.opener)
                     if not from_start:
                         f.seek(0, os.SEEK_END)
-                except FileNotFoundError:
+                except (FileNotFoundError, nofollow.NotAFile):
                     f = None
             if f is not None:
                 lines, buf = _read_new(f, buf)

@@ -24,6 +24,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from . import nofollow
 from .run import MAC_SUFFIX, RESULT_FILE, result_mac
 
 SECRET_NAME = ".result-secret"
@@ -84,14 +85,18 @@ def read_result(secret: bytes, job_id: int, job_dir: Path | str) -> bytes:
     """The bytes of the job's `result.pkl` when its run wrote them; `NoResult` when there is
     none, `ForgedResult` when the file is not signed with the job's key."""
     path = Path(job_dir) / RESULT_FILE
-    try:
-        data = path.read_bytes()
+    try:  # never following a link the job may have put there (the server may be root)
+        data = nofollow.read_bytes(path)
     except FileNotFoundError:
         raise NoResult(f"result: job {job_id} has no result") from None
-    try:
-        mac = (Path(job_dir) / (RESULT_FILE + MAC_SUFFIX)).read_bytes().decode("ascii", "replace").strip()
-    except FileNotFoundError:
-        mac = ""
+    except nofollow.NotAFile:
+        data, mac = b"", ""
+    else:
+        try:
+            signed = nofollow.read_bytes(Path(job_dir) / (RESULT_FILE + MAC_SUFFIX))
+            mac = signed.decode("ascii", "replace").strip()
+        except (FileNotFoundError, nofollow.NotAFile):
+            mac = ""
     if not mac or not hmac.compare_digest(mac, result_mac(job_key(secret, job_id), data)):
         raise ForgedResult(f"result: not written by job {job_id}'s run (its signature is missing or wrong); "
                            "refusing to hand it out")

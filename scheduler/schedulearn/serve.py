@@ -7,6 +7,10 @@ carry their name and only they may cancel them. The store should be PostgreSQL f
 set-up (`--store postgresql+psycopg://user:pass@db/schedulearn`); SQLite works for one machine.
 Each user's Jupyter then points its extension at this server:
 `c.SchedulearnApp.remote_url = "http://gpu-box:8765/"` and `remote_token = "<their token>"`.
+
+With `--tokens` (the shared set-up) the tokens file must be private (mode 0600), each user's jobs
+run as the OS account `--user-map` names for them (the server runs as root; see `accounts.py`),
+and only the users named by `--admins` may switch the policy.
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=Path, default=None,
                    help='JSON file {"<token>": "<user>", ...}: one token per user')
     p.add_argument("--user", default=None, help="user name for --token (default: the OS user)")
+    p.add_argument("--user-map", default=env("SCHEDULEARN_USER_MAP"),
+                   help="with --tokens: the OS account each user's jobs run as, 'alice=alice,bob=b.smith'; "
+                        "'same' (the account named like the user) or 'server' (every job as this server's "
+                        "account: no isolation). Needs root. Default: $SCHEDULEARN_USER_MAP")
+    p.add_argument("--admins", default=env("SCHEDULEARN_ADMINS"),
+                   help="comma-separated user names who may switch the policy (default: "
+                        "$SCHEDULEARN_ADMINS; without --tokens, the one user; with --tokens, nobody)")
     p.add_argument("--store", default=env("SCHEDULEARN_STORE_URL"),
                    help="store URL (postgresql+psycopg://... for a shared set-up; default: a SQLite file "
                         "in the user's data dir)")
@@ -66,6 +77,7 @@ def load_tokens(args: argparse.Namespace) -> dict[str, str]:
 
     tokens: dict[str, str] = {}
     if args.tokens is not None:
+        check_private(args.tokens)
         try:
             data = json.loads(args.tokens.read_text())
         except (OSError, ValueError) as e:
@@ -79,6 +91,31 @@ def load_tokens(args: argparse.Namespace) -> dict[str, str]:
     return tokens
 
 
+def check_private(path: Path) -> None:
+    """The tokens file is every user's password: readable by its owner only."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError as e:
+        raise SpecError(f"tokens: cannot read {path} ({e.strerror})") from None
+    if mode & 0o077:
+        raise SpecError(f"tokens: {path} is readable by others (mode {mode:04o}); run chmod 600 {path}")
+
+
+def shared_policy(args: argparse.Namespace) -> tuple[Any, list[str] | None]:
+    """(user map, admins) for these flags: the shared set-up (`--tokens`) must say which OS
+    account runs each user's jobs, and only named admins may switch the policy there."""
+    from .accounts import SERVER, UserMap
+
+    user_map = UserMap.parse(args.user_map)
+    shared = args.tokens is not None
+    if shared and user_map is None and not args.user_map and args.executor != "sim":
+        raise SpecError(f"user_map: with --tokens each user's jobs run as their own OS account; give "
+                        f"--user-map alice=alice,bob=bob (or 'same', or '{SERVER}' for no isolation), or "
+                        "$SCHEDULEARN_USER_MAP")
+    admins = [a.strip() for a in (args.admins or "").split(",") if a.strip()]
+    return user_map, (admins if admins or shared else None)
+
+
 def settings_from_args(args: argparse.Namespace) -> Any:
     from schedulearn_jupyter.manager import Settings
 
@@ -89,6 +126,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         from .store import default_url
 
         store = default_url()
+    user_map, admins = shared_policy(args)
     return Settings(
         store_url=store,
         executor=args.executor,
@@ -99,6 +137,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         cancel_grace=args.cancel_grace,
         job_root=args.job_root or str(data_dir / "jobs"),
         tick=args.tick,
+        user_map=user_map,
+        admins=admins,
     )
 
 
@@ -156,6 +196,24 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
     return web.Application(handlers, websocket_ping_interval=30)
 
 
+def private_store(store: Any) -> None:
+    """A SQLite store file (and its WAL, which SQLite creates with the file's mode) readable by
+    the server only: jobs, of whatever account, must not read the queue's specs and env."""
+    url = getattr(store, "url", "") or ""
+    if not url.startswith("sqlite"):
+        return
+    from sqlalchemy import make_url
+
+    db = make_url(url).database
+    if not db or db == ":memory:":
+        return
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.chmod(db + suffix, 0o600)
+        except FileNotFoundError:
+            pass
+
+
 async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
                 ready: Any = None, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM)."""
@@ -163,6 +221,7 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
 
     Path(settings.job_root).mkdir(parents=True, exist_ok=True)
     manager = SchedulerManager(settings)
+    private_store(manager.store)
     manager.start()
     app = make_app(manager, tokens, base_url)
     try:
@@ -180,6 +239,12 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
     log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, store %s",
              manager.engine.total_gpus, host, port, base_url, settings.executor,
              getattr(manager.store, "url", "memory"))
+    if settings.switches_users:
+        unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})
+        log.info("schedulearn: jobs run as their users' OS accounts (%s)%s", settings.user_map,
+                 f"; no account for {', '.join(unmapped)}: their jobs are refused" if unmapped else "")
+    if settings.admins is not None:
+        log.info("schedulearn: the policy may be switched by %s", ", ".join(settings.admins) or "nobody")
     if ready is not None:
         ready(manager)
     try:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import nofollow
 from .model import Job
 
 #: `Job.extra` key holding live observations: a list of [num_gpus, batch_size, step_time].
@@ -173,7 +174,7 @@ def load_reports(path: str | Path) -> list[list[float]]:
     """Observations from a job's `metrics.jsonl` (lines without the fields are skipped)."""
     out = []
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = nofollow.read_text(path).splitlines()  # the job's file: no link, no FIFO
     except OSError:
         return out
     for line in lines:

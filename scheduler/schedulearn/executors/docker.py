@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import joblogs
+from .. import joblogs, nofollow
 from ..model import Allocation, Job, JobSpec, Launcher, Node
 from .base import ExecutorError, launch_failure
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
@@ -122,6 +122,7 @@ class DockerExecutor(JobDirExecutor):
         use_uuids: bool = False,
         health_interval: float = 10.0,
         api_timeout: float = 30.0,
+        run_as: Callable[[str], Any] | None = None,
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
@@ -136,6 +137,7 @@ class DockerExecutor(JobDirExecutor):
         self.env = dict(env or {})
         self.shm_size = shm_size
         self.user = user
+        self.run_as = run_as  # user name -> accounts.Account: per-job uid:gid (the shared set-up)
         self.cancel_grace = cancel_grace
         self.pull = pull
         self.rdzv_port = rdzv_port
@@ -173,7 +175,9 @@ class DockerExecutor(JobDirExecutor):
     # -- paths -------------------------------------------------------------------------------------
     # -- Executor ----------------------------------------------------------------------------------
     def start(self, job: Job, now: float) -> None:
-        self._chown(self.prepare(job, now))
+        d = self.prepare(job, now)  # owned by the job's account under run_as
+        if self.run_as is None:
+            self._chown(d)
         with self._lock:
             self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
 
@@ -383,17 +387,24 @@ class DockerExecutor(JobDirExecutor):
             addresses={n: self.hosts[n].address for n in alloc}, rdzv_port=self._rdzv_port(first, job_id),
             use_uuids=self.use_uuids, runner=str(d / RUNNER_COPY), result_key=self.result_key(job_id))
         plans = self._plans(spec, workers, alloc)
+        account = self.account_for(spec)
+        if account is not None:  # HOME: the job directory, the account's home is not mounted
+            for plan in plans:
+                plan[2].update({**account.env(), "HOME": str(d)})
         cwd = spec.workdir or str(d)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         where = " ".join(f"{n}{list(alloc[n])}" for n in alloc)
-        logf = open(self.log_path(job_id), "ab", buffering=0)
+        try:
+            logf = open(self.log_path(job_id), "ab", buffering=0, opener=nofollow.opener)  # noqa: SIM115
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
         logf.write(f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} in {image} on {where} "
                    f"CUDA_VISIBLE_DEVICES={plans[0][2]['CUDA_VISIBLE_DEVICES']}: "
                    f"{' '.join(plans[0][1])} ===\n".encode())
         started: list[_Worker] = []
         try:
             for rank, (host, argv, env, devices, sidecar) in enumerate(plans):
-                cid = self._create(job_id, rank, restarts, host, image, argv, env, devices, cwd)
+                cid = self._create(job_id, rank, restarts, host, image, argv, env, devices, cwd, account)
                 started.append(_Worker(host, rank, cid, sidecar=sidecar))
                 try:
                     self._client(host).api.start(cid)
@@ -442,7 +453,7 @@ class DockerExecutor(JobDirExecutor):
         return [by_index[i].uuid if (self.use_uuids or by_index[i].mig_parent) else str(i) for i in gpus]
 
     def _create(self, job_id: int, rank: int, restarts: int, host: str, image: str, argv: list[str],
-                env: dict[str, str], devices: list[str] | None, cwd: str) -> str:
+                env: dict[str, str], devices: list[str] | None, cwd: str, account: Any = None) -> str:
         if host in self._down:
             raise ExecutorError(self._down[host])
         from docker.errors import APIError, ImageNotFound
@@ -455,9 +466,11 @@ class DockerExecutor(JobDirExecutor):
             requests = [DeviceRequest(device_ids=devices, capabilities=[["gpu"]])] if devices else None
             host_config = api.create_host_config(
                 binds=[f"{d}:{d}:rw", *self.volumes], network_mode="host", shm_size=self.shm_size, init=True,
-                device_requests=requests)
+                device_requests=requests,
+                group_add=[str(g) for g in account.groups if g != account.gid] if account else None)
+            user = account.docker_user if account is not None else self.user or ""
             kwargs = dict(
-                command=argv, environment=env, working_dir=cwd, user=self.user or "", host_config=host_config,
+                command=argv, environment=env, working_dir=cwd, user=user, host_config=host_config,
                 name=f"schedulearn-{job_id}-r{restarts}-w{rank}-{uuidlib.uuid4().hex[:6]}",
                 labels={LABEL_JOB: str(job_id), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts),
                         LABEL_JOBDIR: d})
@@ -705,7 +718,7 @@ class DockerExecutor(JobDirExecutor):
         text = joblogs.tail(self.log_path(job.id))
         for w in workers:
             w.skip = _lines_written(text, f"[{w.host}] " if multi else "")
-        logf = open(self.log_path(job.id), "ab", buffering=0)
+        logf = open(self.log_path(job.id), "ab", buffering=0, opener=nofollow.opener)
         logf.write(f"{joblogs.MARKER} re-attached to run #{latest} "
                    f"({', '.join(f'{w.host}:{w.cid[:12]}' for w in workers)}) ===\n".encode())
         run = _Run(job.id, latest, workers, logf, multi=multi)

@@ -1,16 +1,23 @@
 """What live executors share: one directory per job under `job_root` (the bundle, `log.txt`,
 checkpoints, `metrics.jsonl`, the result), reading and following its log, picking up the step
-times the job reports, and the job's result key and its signed result (`schedulearn.results`)."""
+times the job reports, and the job's result key and its signed result (`schedulearn.results`).
+
+With `run_as` (the shared set-up: Schedulearn user -> `accounts.Account`), a job's directory
+belongs to its user's account, mode 0700; the server (root) still writes its markers there and
+reads logs and results back, never following a link the job may have put in place of a file
+(`nofollow`)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from .. import joblogs
-from ..model import Job
-from .base import Executor
+from .. import joblogs, nofollow
+from ..model import Job, JobSpec, SpecError
+from .base import Executor, ExecutorError
 from .launch import SCRIPT_NAME
 
 CHECKPOINT_DIR = "checkpoints"
@@ -18,6 +25,17 @@ CHECKPOINT_DIR = "checkpoints"
 
 class JobDirExecutor(Executor):
     job_root: Path
+    #: user name -> `accounts.Account` to run that user's jobs as (None: the server's account)
+    run_as: Callable[[str], Any] | None = None
+
+    def account_for(self, spec: JobSpec) -> Any:
+        """The OS account the job runs as; None for the server's own."""
+        if self.run_as is None:
+            return None
+        try:
+            return self.run_as(spec.user or "")
+        except SpecError as e:  # never fall back to the server's account
+            raise ExecutorError(str(e)) from None
 
     def job_dir(self, job_id: int) -> Path:
         return self.job_root / str(job_id)
@@ -27,14 +45,30 @@ class JobDirExecutor(Executor):
 
     def prepare(self, job: Job, now: float) -> Path:
         """The job's directory, ready for a (re)start: bundle written, checkpoints folder made."""
+        try:
+            return self._prepare(job, now)
+        except OSError as e:  # e.g. a link the job left in place of main.py: this job fails, not the round
+            raise ExecutorError(f"job {job.id}: cannot prepare its directory: {e.strerror}: "
+                                f"{e.filename}") from None
+
+    def _prepare(self, job: Job, now: float) -> Path:
         d = self.job_dir(job.id)
         first = job.restarts == 0 and job.start_time == now
         if first and d.exists() and any(d.iterdir()):
             # left by an earlier server that reused this id without a store: keep it aside
             d.rename(d.with_name(f"{job.id}.old-{int(time.time() * 1000)}"))
-        (d / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+        account = self.account_for(job.spec)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(d, 0o700)  # private to the job's user (mkdir's mode is cut by the umask)
+        (d / CHECKPOINT_DIR).mkdir(exist_ok=True)
         if job.spec.script is not None:
-            (d / SCRIPT_NAME).write_text(job.spec.script)
+            nofollow.write_text(d / SCRIPT_NAME, job.spec.script)
+        if account is not None:
+            for p in (d, d / CHECKPOINT_DIR, d / SCRIPT_NAME):
+                try:  # lchown: a link the job left here is not followed
+                    os.chown(p, account.uid, account.gid, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
         return d
 
     # -- results (see schedulearn.results) ---------------------------------------------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import joblogs
+from .. import joblogs, nofollow
 from ..model import Allocation, Job, JobSpec
 from .base import ExecutorError, launch_failure
 from .jobdir import JobDirExecutor
@@ -95,6 +95,7 @@ class LocalExecutor(JobDirExecutor):
         python: str = sys.executable,
         use_uuids: bool = False,
         env: dict[str, str] | None = None,
+        run_as: Callable[[str], object] | None = None,
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
@@ -109,6 +110,7 @@ class LocalExecutor(JobDirExecutor):
         self._relaunch: dict[int, _Relaunch] = {}
         self._closed = False
         self._boot_id = _boot_id()
+        self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
 
     # -- paths ---------------------------------------------------------------------------------
     # -- Executor --------------------------------------------------------------------------------
@@ -236,7 +238,10 @@ class LocalExecutor(JobDirExecutor):
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         (worker,) = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
                                   use_uuids=self.use_uuids, result_key=self.result_key(job_id))
+        account = self.account_for(spec)
         env = self._env(spec, worker.env)
+        if account is not None:
+            env.update(account.env())  # HOME, USER, LOGNAME: the account's
         cwd = Path(spec.workdir) if spec.workdir else d
         if not cwd.is_dir():
             raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
@@ -244,7 +249,11 @@ class LocalExecutor(JobDirExecutor):
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        with open(d / joblogs.LOG_NAME, "ab") as logf:
+        try:
+            logf = open(d / joblogs.LOG_NAME, "ab", opener=nofollow.opener)  # noqa: SIM115
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
+        with logf:
             logf.write(
                 f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} "
                 f"CUDA_VISIBLE_DEVICES={worker.env['CUDA_VISIBLE_DEVICES']}: {worker.shell()} ===\n".encode())
@@ -253,7 +262,7 @@ class LocalExecutor(JobDirExecutor):
                 popen = subprocess.Popen(
                     [*_GATE, *wrap_exit_code(worker.argv, exit_file)], cwd=cwd, env=env,
                     stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
-                    close_fds=True)
+                    close_fds=True, **(account.popen_kwargs() if account is not None else {}))
             except OSError as e:
                 raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
         assert popen.stdin is not None
@@ -262,7 +271,8 @@ class LocalExecutor(JobDirExecutor):
                 "restarts": restarts, "argv": worker.argv}
         try:  # the pid file first: a run that may ever run user code can be found after a crash
             tmp = d / (PID_FILE + ".tmp")
-            tmp.write_text(json.dumps(info))
+            tmp.unlink(missing_ok=True)
+            nofollow.write_text(tmp, json.dumps(info))
             os.replace(tmp, d / PID_FILE)
         except BaseException:
             popen.stdin.close()  # the gate sees the pipe close and exits without running the job
@@ -360,7 +370,7 @@ class LocalExecutor(JobDirExecutor):
             reason = self._failure(run, code)
         if not self._closed:  # else the next server's executor owns the log
             try:
-                with open(self.log_path(run.job_id), "ab") as f:
+                with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
                     f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code "
                             f"{'unknown' if code is None else code}"
                             f"{': ' + reason if reason else ''} ===\n".encode())
@@ -419,7 +429,8 @@ class LocalExecutor(JobDirExecutor):
     # -- re-attaching after a restart --------------------------------------------------------------
     def _pid_info(self, job_id: int) -> dict | None:
         try:
-            info = json.loads((self.job_dir(job_id) / PID_FILE).read_text())
+            # the server's own file: a job cannot make us signal another process group
+            info = json.loads(nofollow.read_text(self.job_dir(job_id) / PID_FILE, owner=os.geteuid()))
             int(info["pid"]), info["start_time"]  # noqa: B018 - both must be there
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -439,7 +450,7 @@ class LocalExecutor(JobDirExecutor):
             return None
         pid = int(info["pid"])
         if self._alive(info):
-            with open(self.log_path(job.id), "ab") as f:
+            with open(self.log_path(job.id), "ab", opener=nofollow.opener) as f:
                 f.write(f"{joblogs.MARKER} re-attached to run #{info.get('restarts', 0)} "
                         f"(pid {pid}) ===\n".encode())
             return _Run(job.id, pid, int(info.get("restarts", 0)), None)
@@ -522,7 +533,7 @@ def _wait_foreign(pid: int) -> None:
 
 def _read_exit_code(path: Path) -> int | None:
     try:
-        return int(path.read_text().strip())
+        return int(nofollow.read_text(path).strip())
     except (OSError, ValueError):
         return None
 

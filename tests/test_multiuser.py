@@ -1,0 +1,348 @@
+"""The shared set-up isolates its users (`schedulearn serve --tokens --user-map --admins`).
+
+Real OS accounts (created here with useradd, removed at teardown; root needed, so skipped
+elsewhere but required in CI) and a real `schedulearn serve` started as root: each user's job runs
+as their mapped account, cannot read another user's job directory, the tokens file or the store,
+cannot signal another user's processes; a link a job puts in place of its log or result does not
+make the root server read or write through it; only admins switch the policy, and the queue
+widget shows the others a read-only dropdown. Plus the start-up refusals (tokens file mode, no
+user map, non-root server) and the user map's parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from schedulearn.accounts import Account, NoAccount, UserMap, check_can_switch
+from schedulearn.client import Client, ClientError
+from schedulearn.executors.local import PID_FILE
+from schedulearn.model import SpecError
+
+from tests.conftest import require
+from tests.fixtures.jupyter import ROOT, free_port, wait_http
+
+pytestmark = pytest.mark.slow
+
+#: what a job runs to probe its neighbourhood; prints one `REPORT {json}` line
+PROBE = r"""
+import json, os, sys
+targets = json.loads(sys.argv[1])
+out = {"uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups()),
+       "HOME": os.environ.get("HOME"), "USER": os.environ.get("USER"),
+       "LOGNAME": os.environ.get("LOGNAME"),
+       "job_dir_mode": oct(os.stat(os.environ["SCHEDULEARN_JOB_DIR"]).st_mode & 0o777)}
+for name, path in targets["read"].items():
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(1)
+        out[name] = "read"
+    except PermissionError:
+        out[name] = "denied"
+try:
+    os.kill(targets["pid"], 0)
+    out["signal"] = "sent"
+except PermissionError:
+    out["signal"] = "denied"
+print("REPORT " + json.dumps(out), flush=True)
+"""
+
+#: bob's job: a secret in its directory, then sleep (its process is what alice tries to signal)
+SECRET = ("import os, time; d = os.environ['SCHEDULEARN_JOB_DIR']; "
+          "open(os.path.join(d, 'secret.txt'), 'w').write('bob-secret'); print('ready', flush=True); "
+          "time.sleep(120)")
+
+#: a job that puts links to the tokens file in place of its log and its result
+LINKER = ("import os, sys; d = os.environ['SCHEDULEARN_JOB_DIR']; t = sys.argv[1]; "
+          "os.remove(os.path.join(d, 'log.txt')); os.symlink(t, os.path.join(d, 'log.txt')); "
+          "os.symlink(t, os.path.join(d, 'result.pkl'))")
+
+
+def wait_for(fn, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- real OS accounts ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[dict[str, Account]]:
+    require(os.geteuid() == 0, "creating OS users and switching to them needs root")
+    require(shutil.which("useradd") is not None and shutil.which("userdel") is not None,
+            "useradd/userdel not installed")
+    tag = uuid.uuid4().hex[:6]
+    made: dict[str, Account] = {}
+    try:
+        for who in ("alice", "bob"):
+            name = f"sl{who}{tag}"
+            subprocess.run(["useradd", "--no-create-home", "--home-dir", f"/home/{name}", "--shell",
+                            "/usr/sbin/nologin", "--user-group", name], check=True, capture_output=True)
+            made[who] = Account.lookup(name)
+        yield made
+    finally:
+        for acc in made.values():  # their jobs were stopped by the `shared` fixture
+            subprocess.run(["userdel", acc.name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def python(accounts: dict[str, Account]) -> str:
+    """An interpreter the test accounts may run (this venv's may live in root's private home):
+    the jobs here need only the standard library."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            ok = subprocess.run([candidate, "-c", "pass"], capture_output=True, cwd="/",
+                                **accounts["alice"].popen_kwargs()).returncode == 0
+        except OSError:
+            ok = False
+        if ok:
+            return candidate
+    require(False, "no Python interpreter that an unprivileged account may run")
+    raise AssertionError
+
+
+class Serve:
+    """`schedulearn serve` as a real process (as root, or as `run_as`)."""
+
+    def __init__(self, home: Path, *args: str, run_as: Account | None = None, wait: bool = True):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+        self.argv = [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
+                     "--store", f"sqlite:///{home / 'serve.db'}", "--job-root", str(home / "jobs"), *args]
+        kw = run_as.popen_kwargs() if run_as is not None else {}
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                     cwd=home, **kw)
+        if wait:
+            wait_http(self.url + "schedulearn/api/policy", proc=self.proc)
+
+    def refused(self) -> str:
+        """The process's output when it exits by itself at start (it must)."""
+        out, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 2, out
+        return out.decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A directory the test accounts can traverse (pytest's tmp_path is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="schedulearn-multiuser-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def tokens_file(home: Path, mode: int = 0o600) -> Path:
+    path = home / "tokens.json"
+    path.write_text(json.dumps({"alice-token": "alice", "bob-token": "bob", "carol-token": "carol"}))
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def shared(accounts: dict[str, Account], home: Path) -> Iterator[Serve]:
+    tokens = tokens_file(home)
+    user_map = f"alice={accounts['alice'].name},bob={accounts['bob'].name}"
+    s = Serve(home, "--tokens", str(tokens), "--user-map", user_map, "--admins", "carol",
+              "--virtual-gpus", "2", "--tick", "0.2", "--cancel-grace", "2")
+    try:
+        yield s
+    finally:  # jobs outlive their server: stop what is left before the accounts go
+        for token in ("alice-token", "bob-token"):
+            c = Client(s.url, token)
+            user = token.split("-")[0]
+            for job in c.jobs(user=user):
+                if job["state"] in ("queued", "running"):
+                    c.cancel(job["id"])
+            wait_for(lambda c=c, user=user: all(j["state"] not in ("queued", "running")
+                                                for j in c.jobs(user=user)), what="the jobs to stop")
+        s.stop()
+
+
+# -- the shared set-up, end to end -----------------------------------------------------------------
+def test_jobs_run_as_their_users_and_cannot_reach_each_other(shared: Serve, accounts: dict[str, Account],
+                                                             python: str):
+    alice, bob = Client(shared.url, "alice-token"), Client(shared.url, "bob-token")
+    jobs = shared.home / "jobs"
+    secret = bob.submit({"name": "secret", "command": [python, "-c", SECRET]})
+    wait_for(lambda: "ready" in bob.logs(secret["id"]), what="bob's job to start")
+    bob_dir = jobs / str(secret["id"])
+    bob_pid = json.loads((bob_dir / PID_FILE).read_text())["pid"]
+    assert os.stat(f"/proc/{bob_pid}").st_uid == accounts["bob"].uid  # his process, his uid
+    st = bob_dir.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (accounts["bob"].uid, accounts["bob"].gid, 0o700)
+
+    targets = {"read": {"bob_dir": str(bob_dir), "bob_secret": str(bob_dir / "secret.txt"),
+                        "bob_log": str(bob_dir / "log.txt"), "tokens": str(shared.home / "tokens.json"),
+                        "store": str(shared.home / "serve.db")},
+               "pid": bob_pid}
+    probe = alice.submit({"name": "probe", "command": [python, "-c", PROBE, json.dumps(targets)]})
+    wait_for(lambda: alice.job(probe["id"])["state"] in ("succeeded", "failed"), what="alice's probe")
+    log = alice.logs(probe["id"])  # read back by the (root) server from alice's private directory
+    assert alice.job(probe["id"])["state"] == "succeeded", log
+    report = json.loads(next(line for line in log.splitlines() if line.startswith("REPORT "))[7:])
+    a = accounts["alice"]
+    assert (report["uid"], report["gid"]) == (a.uid, a.gid)
+    assert report["groups"] == sorted(a.groups) and 0 not in report["groups"]  # root's groups dropped
+    assert (report["HOME"], report["USER"], report["LOGNAME"]) == (a.home, a.name, a.name)
+    assert report["job_dir_mode"] == "0o700"
+    for what in ("bob_dir", "bob_secret", "bob_log", "tokens", "store", "signal"):
+        assert report[what] == "denied", (what, report)
+    # the server's own files in alice's directory still work: log markers, pid file, exit code
+    assert "=== schedulearn: start #0" in log and "=== schedulearn: exit of run #0: code 0" in log
+    assert (jobs / str(probe["id"]) / "exit_code").read_text().strip() == "0"
+    assert (jobs / str(probe["id"]) / PID_FILE).stat().st_uid == 0
+    # bob's job is still controlled by the server (root signals it), and only by bob
+    with pytest.raises(ClientError) as e:
+        alice.cancel(secret["id"])
+    assert e.value.status == 403
+    bob.cancel(secret["id"])
+    wait_for(lambda: bob.job(secret["id"])["state"] == "cancelled", what="bob's job to stop")
+
+
+def test_links_in_a_job_directory_are_not_followed_by_the_server(shared: Serve, python: str):
+    bob = Client(shared.url, "bob-token")
+    tokens = shared.home / "tokens.json"
+    before = tokens.read_bytes()
+    job = bob.submit({"name": "linker", "command": [python, "-c", LINKER, str(tokens)]})
+    wait_for(lambda: bob.job(job["id"])["state"] in ("succeeded", "failed"), what="the linker job")
+    d = shared.home / "jobs" / str(job["id"])
+    assert (d / "log.txt").is_symlink(), "the job did replace its log with a link"
+    assert "token" not in bob.logs(job["id"])  # not read through the link
+    with pytest.raises(ClientError) as e:
+        bob.result(job["id"])
+    assert e.value.status == 404
+    assert tokens.read_bytes() == before  # the exit marker was not appended through the link
+    assert oct(tokens.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_user_without_an_account_is_refused_at_submit(shared: Serve):
+    carol = Client(shared.url, "carol-token")
+    with pytest.raises(ClientError) as e:
+        carol.submit({"command": [sys.executable, "-c", "print(1)"]})
+    assert e.value.status == 403
+    assert "\n" not in str(e.value) and "'carol' has no OS account" in str(e.value)
+    assert carol.jobs(user="carol") == []  # nothing stored
+
+
+def test_only_admins_switch_the_policy(shared: Serve):
+    alice, carol = Client(shared.url, "alice-token"), Client(shared.url, "carol-token")
+    assert alice.policy_info() == {"policy": "fifo", "can_switch": False}
+    assert carol.policy_info() == {"policy": "fifo", "can_switch": True}
+    with pytest.raises(ClientError) as e:
+        alice.set_policy("las")
+    assert e.value.status == 403
+    assert "\n" not in str(e.value) and str(e.value).startswith("policy: only the scheduler's admins")
+    assert alice.policy() == "fifo"
+    assert carol.set_policy("las") == "las"
+    assert alice.policy() == "las"
+
+
+def test_queue_widget_is_read_only_for_non_admins(shared: Serve):
+    pytest.importorskip("ipywidgets")
+    from schedulearn_magics.widgets import READ_ONLY_TIP, queue_widget
+
+    mine = queue_widget(Client(shared.url, "alice-token"), interval=0.1)
+    admin = queue_widget(Client(shared.url, "carol-token"), interval=0.1)
+    try:
+        assert mine.dropdown.disabled and mine.dropdown.tooltip == READ_ONLY_TIP
+        assert "schedulearn-policy-readonly" in mine.dropdown._dom_classes
+        assert not admin.dropdown.disabled and admin.dropdown.tooltip is None
+        admin.dropdown.value = "las"  # a choice in the browser arrives as this change
+        wait_for(lambda: mine.dropdown.value == "las", timeout=10, what="the read-only dropdown to follow")
+        assert mine.dropdown.disabled  # following a switch does not make it editable
+    finally:
+        mine.close()
+        admin.close()
+
+
+# -- refusals at start -----------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_tokens_file_readable_by_others_is_refused(home: Path, mode: int):
+    tokens = tokens_file(home, mode)
+    out = Serve(home, "--tokens", str(tokens), "--user-map", "server", wait=False).refused()
+    line = (f"schedulearn serve: tokens: {tokens} is readable by others (mode {mode:04o}); "
+            f"run chmod 600 {tokens}")
+    assert out.strip().splitlines() == [line]
+
+
+def test_shared_mode_without_a_user_map_is_refused(home: Path):
+    out = Serve(home, "--tokens", str(tokens_file(home)), wait=False).refused()
+    assert len(out.strip().splitlines()) == 1
+    assert out.startswith("schedulearn serve: user_map: with --tokens each user's jobs run as their own OS")
+
+
+def test_shared_mode_as_a_non_root_server_is_refused(accounts: dict[str, Account], home: Path, python: str):
+    """A real server process started as an unprivileged account (`test_check_can_switch_needs_root`
+    checks the same refusal as a function where this cannot run)."""
+    if python != sys.executable:
+        pytest.skip(f"this environment's Python ({sys.executable}) is private to root: an unprivileged "
+                    "account cannot start the server")
+    tokens = tokens_file(home)
+    os.chown(tokens, accounts["alice"].uid, accounts["alice"].gid)
+    os.chown(home, accounts["alice"].uid, accounts["alice"].gid)
+    out = Serve(home, "--tokens", str(tokens), "--user-map", f"bob={accounts['bob'].name}",
+                run_as=accounts["alice"], wait=False).refused()
+    assert out.strip().splitlines() == [
+        f"schedulearn serve: user_map: running jobs as their users' OS accounts needs root, but this server "
+        f"runs as {accounts['alice'].name!r} (uid {accounts['alice'].uid}); start it as root, or give "
+        "--user-map server to run every job as the server's account (no isolation between users)"]
+
+
+def test_check_can_switch_needs_root():
+    check_can_switch(0)
+    with pytest.raises(SpecError, match=r"^user_map: running jobs as their users' OS accounts needs root"):
+        check_can_switch(4242)
+
+
+def test_mapped_accounts_must_exist_and_not_be_root(home: Path):
+    tokens = str(tokens_file(home))
+    for user_map, expected in [
+        ("alice=nosuchaccount-x", "user_map: no OS account 'nosuchaccount-x' on this host"),
+        ("alice=root", "user_map: 'alice' maps to 'root', which is root; jobs never run as root"),
+    ]:
+        if os.geteuid() != 0:  # the root check comes first
+            expected = "user_map: running jobs as their users' OS accounts needs root"
+        out = Serve(home, "--tokens", tokens, "--user-map", user_map, wait=False).refused()
+        assert len(out.strip().splitlines()) == 1 and out.startswith(f"schedulearn serve: {expected}"), out
+
+
+# -- the user map ----------------------------------------------------------------------------------
+def test_user_map_parsing():
+    assert UserMap.parse("alice=alice, bob = b.smith").entries == {"alice": "alice", "bob": "b.smith"}
+    assert UserMap.parse("same").same and UserMap.parse("same").account_name("x") == "x"
+    assert UserMap.parse("server") is None and UserMap.parse("") is None and UserMap.parse(None) is None
+    for bad in ("alice", "alice=", "=alice", "alice=a,,bob=b"):
+        with pytest.raises(SpecError, match=r"^user_map: expected user=account\[,user=acc"):
+            UserMap.parse(bad)
+    with pytest.raises(SpecError, match="^user_map: 'a' is mapped twice"):
+        UserMap.parse("a=x,a=y")
+    m = UserMap.parse("alice=root")
+    with pytest.raises(NoAccount, match="jobs never run as root"):
+        m.account("alice")
+    with pytest.raises(NoAccount, match="^user: 'bob' has no OS account on this server"):
+        m.account("bob")
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if os.geteuid() != 0:
+        assert UserMap.parse("same").account(me).uid == os.geteuid()

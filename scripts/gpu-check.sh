@@ -55,7 +55,8 @@ if [ -n "$VENV" ]; then
         exit 2
     fi
     VPY="$VENV/bin/python"
-    if ! "$VPY" -c "import schedulearn, schedulearn_jupyter, jupyter_client, ipykernel, torch" 2>/dev/null; then
+    if ! "$VPY" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in
+            ('schedulearn', 'schedulearn_jupyter', 'jupyter_client', 'ipykernel', 'torch')))" 2>/dev/null; then
         echo "error: --venv: $VENV lacks schedulearn[test] or torch (scripts/setup.sh installs both)" >&2
         exit 2
     fi

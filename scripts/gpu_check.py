@@ -519,17 +519,27 @@ class Checks:
         train = ["python", self.job_script("train.py")]
         if len(self.gpus()) >= 2:
             how, ids = self._resize(train, env)
+            want_sizes = [2, 1]
         else:
             how, ids = self._preempt(train, env)
+            want_sizes = [1]
         text = "".join(self.client.logs(i) for i in ids)
-        found = [(int(s), int(w)) for s, w in re.findall(r"^step (\d+) world (\d+) restart \d+$", text, re.M)]
-        numbers = [s for s, _ in found]
+        found = [tuple(map(int, m)) for m in
+                 re.findall(r"^step (\d+) gpus (\d+) world (\d+) restart \d+$", text, re.M)]
+        numbers = [s for s, _, _ in found]
         if numbers != list(range(1, steps + 1)):
             raise Fail(f"steps not continuous across the restart: {numbers}")
-        resumed = [int(s) for s in re.findall(r"^resume (\d+) world \d+ restart \d+ device", text, re.M)]
+        if self.args.train_launcher == "torchrun" and any(g != w for _, g, w in found):
+            raise Fail(f"torchrun ran a process count other than the GPU count: {found}")
+        sizes = [g for i, (_, g, _) in enumerate(found) if i == 0 or found[i - 1][1] != g]
+        if sizes != want_sizes:
+            raise Fail(f"the job trained on {' then '.join(map(str, sizes))} GPUs, expected "
+                       f"{' then '.join(map(str, want_sizes))}")
+        resumed = [int(s) for s in
+                   re.findall(r"^resume (\d+) gpus \d+ world \d+ restart \d+ device", text, re.M)]
         if len(resumed) < 2 or resumed[0] != 0 or not all(s > 0 for s in resumed[1:]):
             raise Fail(f"expected a fresh start then a resume from a checkpoint, got resume steps {resumed}")
-        device = re.search(r"^resume 0 world \d+ restart 0 device (.+)$", text, re.M)
+        device = re.search(r"^resume 0 gpus \d+ world \d+ restart 0 device (.+)$", text, re.M)
         final = json.loads((self.work / "jobs" / str(ids[-1]) / "final.json").read_text())
         sys.path.insert(0, str(JOBS))
         try:
@@ -555,13 +565,13 @@ class Checks:
         release = self.work / "release-holder"
         try:
             a = self.client.submit({"name": "gpu-check-train", "gpus": "auto", "min_gpus": 1, "max_gpus": 2,
-                                    "launcher": "torchrun", "env": env, "command": train})
-            wait_until(lambda: self._log_has(a["id"], r"^step 3 world 2 "), 300,
+                                    "launcher": self.args.train_launcher, "env": env, "command": train})
+            wait_until(lambda: self._log_has(a["id"], r"^step 3 gpus 2 "), 300,
                        "the training job to run 3 steps on 2 GPUs")
             holder = self.client.submit({
                 "name": "gpu-check-holder", "gpus": 1, "command": [
                     "python", "-c", HOLDER, str(release)]})
-            wait_until(lambda: self._log_has(a["id"], r"^step \d+ world 1 "), 300,
+            wait_until(lambda: self._log_has(a["id"], r"^step \d+ gpus 1 "), 300,
                        "the training job to continue on 1 GPU after the shrink")
             a = self.wait_job(a["id"], 600)
         finally:
@@ -571,15 +581,17 @@ class Checks:
         self.succeeded(self.wait_job(holder["id"], 60))
         if a["restarts"] < 1:
             raise Fail(f"job {a['id']} was never restarted (restarts={a['restarts']})")
-        return f"job {a['id']} resized 2 -> 1 GPUs by elastic-fifo ({a['restarts']} restart)", [a["id"]]
+        return (f"{self.args.train_launcher} job {a['id']} resized 2 -> 1 GPUs by elastic-fifo "
+                f"({a['restarts']} restart)", [a["id"]])
 
     def _preempt(self, train: list[str], env: dict[str, str]) -> tuple[str, list[int]]:
         """One GPU: no resize is possible, so the job is stopped with DELETE (SIGTERM: it saves
         its checkpoint) and a second job resumes from the same checkpoint folder."""
         env = {**env, "GPU_CHECK_CKPT_DIR": str(self.work / "checkpoints")}
-        spec = {"name": "gpu-check-train", "gpus": 1, "env": env, "command": train}
+        spec = {"name": "gpu-check-train", "gpus": 1, "env": env, "command": train,
+                "launcher": self.args.train_launcher}
         a = self.client.submit(spec)
-        wait_until(lambda: self._log_has(a["id"], r"^step 3 world 1 "), 300,
+        wait_until(lambda: self._log_has(a["id"], r"^step 3 gpus 1 "), 300,
                    "the training job to run 3 steps")
         self.client.cancel(a["id"])
         a = self.wait_job(a["id"], 120)
@@ -587,8 +599,8 @@ class Checks:
             raise Fail(f"job {a['id']} ({a['state']}) left no checkpoint after SIGTERM")
         b = self.wait_job(self.client.submit(spec)["id"], 600)
         self.succeeded(b)
-        return f"job {a['id']} stopped by DELETE (one GPU: no resize possible), job {b['id']} resumed", [
-            a["id"], b["id"]]
+        return (f"{self.args.train_launcher} job {a['id']} stopped by DELETE (one GPU: no resize "
+                f"possible), job {b['id']} resumed", [a["id"], b["id"]])
 
     # -- 6. the gpus route while a job computes --------------------------------------------------
     def gpus_route(self) -> str:
@@ -719,6 +731,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="probe jobs for the timing figures (default 3)")
     p.add_argument("--train-steps", type=int, default=20,
                    help="steps of the checkpoint-restart job (at least 4: it is stopped after step 3)")
+    p.add_argument("--train-launcher", choices=("torchrun", "python"), default="torchrun",
+                   help="launcher of the checkpoint-restart job (default torchrun: one process per GPU, "
+                        "NCCL on CUDA; python: one process, quicker on a loaded CPU)")
     p.add_argument("--step-sleep", type=float, default=0.2, help="seconds each training step sleeps")
     p.add_argument("--util-seconds", type=float, default=30, help="how long to watch the utilisation")
     p.add_argument("--keep-work", action="store_true", help="keep the work folder (server log, job dirs)")

@@ -2,8 +2,9 @@
 
 `--cpu --venv <this venv>` installs nothing and runs the whole pipeline that does not need CUDA
 on 2 virtual GPUs: a real Jupyter server with the extension, a `%%schedulearn --gpus 1` cell in a
-kernel started by that server, two concurrent 1-GPU jobs, an elastic torchrun job resized 2 -> 1
-by elastic-fifo through the REST API (checkpoint-restart), the `gpus` route while a job runs, and
+kernel started by that server, two concurrent 1-GPU jobs, an elastic training job resized 2 -> 1
+by elastic-fifo through the REST API (checkpoint-restart; `--train-launcher python`, one process:
+torchrun's own resize on CPU is tests/test_elastic_resize.py's), the `gpus` route while a job runs, and
 the launch timings. The GPU-only checks must say SKIP with the reason.
 """
 
@@ -32,7 +33,7 @@ def _has_torch() -> bool:
     return True
 
 
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(*args: str, timeout: float = 480) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=ROOT)
@@ -43,7 +44,7 @@ def test_cpu_mode_runs_every_check_that_needs_no_gpu_and_skips_the_others() -> N
     require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
     steps = 8
     r = run("--cpu", "--venv", sys.prefix, "--repeat", "2", "--train-steps", str(steps),
-            "--step-sleep", "0.1")
+            "--step-sleep", "0.1", "--train-launcher", "python")
     out = r.stdout.splitlines()
     assert r.returncode == 0, r.stdout + r.stderr
     assert out[0].startswith("schedulearn gpu-check: CPU with 2 virtual GPUs (--cpu given)"), out[0]
@@ -63,7 +64,7 @@ def test_cpu_mode_runs_every_check_that_needs_no_gpu_and_skips_the_others() -> N
     concurrent = checks["concurrent-jobs"][1]
     assert re.search(r"ran at once on virtual GPU (\d) and virtual GPU (?!\1)\d", concurrent), concurrent
     restart = checks["checkpoint-restart"][1]
-    assert "resized 2 -> 1 GPUs by elastic-fifo" in restart, restart
+    assert "python job" in restart and "resized 2 -> 1 GPUs by elastic-fifo" in restart, restart
     assert f"steps 1..{steps} continuous" in restart and "final weights match" in restart, restart
     times = [m for m in map(TIME.match, out) if m]
     assert [m[1] for m in times] == [

@@ -3,8 +3,10 @@
 Full-batch least squares in float64 (a 256x256 matmul per step keeps the GPU busy) with SGD and
 momentum; each rank takes a contiguous slice of the batch and the gradients are summed, so the
 result does not depend on the world size. On CUDA with GPU_CHECK_CUDA=1 (NCCL under torchrun),
-else CPU (gloo). Rank 0 prints `resume <step> world <w> restart <r> device <name>` at start,
-`step <n> world <w> restart <r>` after each step and writes `final.json` (the weights) at the end.
+else CPU (gloo); without torchrun one process trains alone. Rank 0 prints
+`resume <step> gpus <g> world <w> restart <r> device <name>` at start, `step <n> gpus <g> world <w>
+restart <r>` after each step (g: the GPUs the scheduler gave the job, w: its processes) and
+writes `final.json` (the weights) at the end.
 GPU_CHECK_CKPT_DIR, when set, is the checkpoint folder (kept across separate jobs). A fresh start
 (nothing to resume) stops after GPU_CHECK_HOLD_AT steps (default 3) and waits for the scheduler's
 SIGTERM, so the restart always falls in the middle of the training, however fast it runs.
@@ -73,9 +75,10 @@ def main():
                                 directory=os.environ.get("GPU_CHECK_CKPT_DIR") or None)
     start = ckpt.restore()
     restart = elastic.restart_count()
+    gpus = int(os.environ.get("SCHEDULEARN_NUM_GPUS", "1"))
     name = torch.cuda.get_device_name(device) if CUDA else "cpu"
     if rank == 0:
-        print(f"resume {start} world {world} restart {restart} device {name}", flush=True)
+        print(f"resume {start} gpus {gpus} world {world} restart {restart} device {name}", flush=True)
     x, y = (t.to(device) for t in data())
     lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world
     for step in range(start, STEPS):
@@ -89,7 +92,7 @@ def main():
             torch.cuda.synchronize(device)
         time.sleep(SLEEP)
         if rank == 0:
-            print(f"step {step + 1} world {world} restart {restart}", flush=True)
+            print(f"step {step + 1} gpus {gpus} world {world} restart {restart}", flush=True)
         if start == 0 and step + 1 == HOLD_AT:
             deadline = time.monotonic() + 600
             while not ckpt.stopping and time.monotonic() < deadline:

@@ -116,8 +116,17 @@ def nvidia_smi() -> tuple[list[SmiGpu] | None, str]:
         return None, f"nvidia-smi -L did not run: {e}"
     if out.returncode != 0:
         return None, f"nvidia-smi -L exited {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}"
+    gpus = parse_smi(out.stdout)
+    if not gpus:
+        return None, "nvidia-smi -L lists no GPU"
+    return gpus, ""
+
+
+def parse_smi(text: str) -> list[SmiGpu]:
+    """`nvidia-smi -L` output: `GPU 0: <name> (UUID: GPU-…)` lines, each followed by its MIG
+    devices' indented `MIG <profile> Device <n>: (UUID: MIG-…)` lines."""
     gpus: list[SmiGpu] = []
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         m = re.match(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)", line)
         if m:
             gpus.append(SmiGpu(int(m[1]), m[2], m[3]))
@@ -125,9 +134,7 @@ def nvidia_smi() -> tuple[list[SmiGpu] | None, str]:
         m = re.match(r"^\s+MIG .*\(UUID: (MIG-[^)]+)\)", line)
         if m and gpus:
             gpus[-1].migs.append(m[1])
-    if not gpus:
-        return None, "nvidia-smi -L lists no GPU"
-    return gpus, ""
+    return gpus
 
 
 @dataclass
@@ -351,16 +358,22 @@ class Checks:
         """Fail unless what a job saw is the GPU it was given; return a short description."""
         if seen.get("visible") is None or "," in seen["visible"]:
             raise Fail(f"job saw CUDA_VISIBLE_DEVICES={seen.get('visible')!r}, expected one device")
+        mig = gpu["uuid"].startswith("MIG-")
+        if seen["visible"] != (gpu["uuid"] if mig else str(gpu["index"])):
+            raise Fail(f"CUDA_VISIBLE_DEVICES={seen['visible']} but the job holds GPU {gpu['index']} "
+                       f"({gpu['uuid']})")
         if not self.cuda:
-            if seen["visible"] != str(gpu["index"]):
-                raise Fail(f"CUDA_VISIBLE_DEVICES={seen['visible']} but the job holds GPU {gpu['index']}")
-            return f"virtual GPU {gpu['index']}"
+            return f"virtual GPU {gpu['index']}" if gpu["uuid"].startswith("virtual-") else \
+                f"GPU {gpu['index']} (CUDA not used)"
         if seen.get("device_count") != 1:
             raise Fail(f"torch in the job sees {seen.get('device_count')} CUDA devices, expected 1")
-        if gpu["uuid"].startswith("GPU-") and seen.get("uuid") and "GPU-" + seen["uuid"] != gpu["uuid"]:
+        if mig or not seen.get("uuid"):
+            note = "MIG device" if mig else "this torch reports no device UUID"
+            return f"GPU {gpu['index']} {seen.get('name')} ({gpu['uuid']}; {note}: CUDA UUID not compared)"
+        if "GPU-" + seen["uuid"] != gpu["uuid"]:
             raise Fail(f"the job computed on GPU-{seen['uuid']} but was given {gpu['uuid']} "
                        f"(index {gpu['index']})")
-        return f"GPU {gpu['index']} {seen.get('name')} ({gpu['uuid']})"
+        return f"GPU {gpu['index']} {seen.get('name')} ({gpu['uuid']} = the CUDA device's UUID)"
 
     # -- 1. inventory ----------------------------------------------------------------------------
     def nvml_inventory(self) -> str:

@@ -78,6 +78,25 @@ def test_cpu_mode_runs_every_check_that_needs_no_gpu_and_skips_the_others() -> N
     assert not work.exists()  # removed after a run without failures
 
 
+def test_nvidia_smi_listing_is_parsed_with_mig_devices_under_their_gpu() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    text = (  # nvidia-smi -L of a machine with MIG on its first GPU (driver 535 format)
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 3g.20gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "  MIG 1g.5gb      Device  1: (UUID: MIG-0fe7b3a4-ff3e-5d1c-9b8f-3a1e7c0d2b11)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-aa1c0f6e-7d7b-8c1a-2f0e-1b2c3d4e5f60)\n")
+    gpus = gpu_check.parse_smi(text)
+    assert [(g.index, g.name, g.uuid, g.migs) for g in gpus] == [
+        (0, "NVIDIA A100-SXM4-40GB", "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+         ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "MIG-0fe7b3a4-ff3e-5d1c-9b8f-3a1e7c0d2b11"]),
+        (1, "NVIDIA A100-SXM4-40GB", "GPU-aa1c0f6e-7d7b-8c1a-2f0e-1b2c3d4e5f60", [])]
+    assert gpu_check.parse_smi("No devices were found\n") == []
+
+
 def test_bad_arguments_are_one_line_errors() -> None:
     r = run("--venv", "/nonexistent/venv", timeout=30)
     assert r.returncode == 2

@@ -693,7 +693,8 @@ class Checks:
         if cuda_init:
             self.report.time("CUDA start in the job (import torch + first kernel)", fig(cuda_init))
         self.report.time(f"submit->job succeeded, 1-GPU probe job ({where})", fig(total))
-        return f"{self.args.repeat} probe jobs through the REST API, figures on the TIME lines"
+        n = self.args.repeat
+        return f"{n} probe job{'s' if n > 1 else ''} through the REST API, figures on the TIME lines"
 
     # -- running them all --------------------------------------------------------------------------
     def run(self) -> None:

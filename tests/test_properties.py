@@ -49,7 +49,9 @@ class Checked(SimExecutor):
         held: dict[tuple[str, int], int] = {}
         for job in engine.jobs.values():
             if job.alloc:
-                assert job.state is JobState.running, f"job {job.id} holds GPUs while {job.state.value}"
+                # (`starting`: the launch is recorded and under way; write-ahead, see the engine)
+                assert job.state in (JobState.starting, JobState.running), \
+                    f"job {job.id} holds GPUs while {job.state.value}"
             for node, idx in job.alloc.items():
                 for i in idx:
                     other = held.setdefault((node, i), job.id)

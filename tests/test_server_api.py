@@ -225,7 +225,12 @@ async def test_result_404_until_written(sl_api, sl_manager):
     payload = pickle.dumps({"loss": 0.25})
     job_dir = sl_manager.job_dir(job["id"])
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "result.pkl").write_bytes(payload)
+    (job_dir / "result.pkl").write_bytes(payload)  # unsigned: not the job's own
+    code, data = await sl_api("GET", f"jobs/{job['id']}/result")
+    assert code == 409 and "not written by job" in data["error"]
+    from schedulearn.run import write_result
+
+    write_result(payload, str(job_dir / "result.pkl"), key=sl_manager.executor.result_key(job["id"]))
     code, data = await sl_api("GET", f"jobs/{job['id']}/result", raw=True)
     assert code == 200 and pickle.loads(data) == {"loss": 0.25}
     await sl_api("DELETE", f"jobs/{job['id']}")

@@ -89,8 +89,8 @@ def read_result(secret: bytes, job_id: int, job_dir: Path | str) -> bytes:
         data = nofollow.read_bytes(path)
     except FileNotFoundError:
         raise NoResult(f"result: job {job_id} has no result") from None
-    except nofollow.NotAFile:
-        data, mac = b"", ""
+    except nofollow.NotAFile:  # a link (or a FIFO...) the job put there: no result of its own
+        raise NoResult(f"result: job {job_id} has no result (result.pkl is not a regular file)") from None
     else:
         try:
             signed = nofollow.read_bytes(Path(job_dir) / (RESULT_FILE + MAC_SUFFIX))

@@ -333,7 +333,9 @@ def test_message_when_the_server_extension_is_missing(browser: Any, tmp_path: An
 
 def test_message_when_the_server_is_unreachable(browser: Any, tmp_path: Any, lab_traits: dict) -> None:
     browser_requirements()
-    server = LabServer(tmp_path / "lab-gone", lab_traits).start()
+    own = {**lab_traits, "job_root": str(tmp_path / "jobs"),  # its own store: one scheduler per store
+           "store_url": f"sqlite:///{tmp_path / 'jobs.db'}"}
+    server = LabServer(tmp_path / "lab-gone", own).start()
     try:
         page = open_lab(browser, server)
         panel = open_sidebar(page)

@@ -36,6 +36,9 @@ from .widgets import (
 )
 
 LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
+#: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
+SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
+                       "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -114,7 +117,8 @@ class SchedulearnMagics(Magics):
     # -- %%schedulearn ------------------------------------------------------------------------
     @magic_arguments()
     @argument("-h", "--help", action="store_true", help="show this help and submit nothing")
-    @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it)")
+    @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it; a plain "
+                   "Python cell, one process, gets at most --min-gpus unless --max-gpus is given)")
     @argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
     @argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
     @argument("--launcher", default="auto", choices=LAUNCHER_CHOICES,
@@ -145,6 +149,8 @@ class SchedulearnMagics(Magics):
             print(self.schedulearn.parser.format_help())
             return None
         spec = self.build_spec(args, cell)
+        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
+            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         job = self._call(self.client.submit, spec)
         handle = JobHandle(self.client, job)
         self.last_job = handle
@@ -259,6 +265,8 @@ class SchedulearnMagics(Magics):
         if args.help or args.no_wait:
             return self.schedulearn(line, cell)
         spec = self.build_spec(args, cell)
+        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
+            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         job = self._call(self.client.submit, spec)
         handle = JobHandle(self.client, job)
         self.last_job = handle

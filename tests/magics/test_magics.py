@@ -82,6 +82,20 @@ def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: C
     assert spec["priority"] == 5 and spec["gpus"] == 2
 
 
+def test_auto_python_cell_is_told_it_gets_one_gpu(shell: InteractiveShell, client: Client,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """A plain Python cell runs one process: `--gpus auto` gives it one GPU and the cell says so;
+    with `--max-gpus` (it starts its own workers) no note and no cap."""
+    capsys.readouterr()
+    r = cell(shell, "--gpus auto", "import os\nos.environ['SCHEDULEARN_NUM_GPUS']")
+    assert r.success, r.error_in_exec
+    assert r.result == "1"
+    assert "runs as one Python process, so --gpus auto gives it 1 GPU(s)" in capsys.readouterr().err
+    r = cell(shell, "--gpus auto --max-gpus 2", "1")
+    assert r.success, r.error_in_exec
+    assert "one Python process" not in capsys.readouterr().err
+
+
 def test_torchrun_detected_and_run_with_one_process_per_gpu(shell: InteractiveShell, client: Client) -> None:
     body = (
         "import torch, torch.distributed as dist\n"

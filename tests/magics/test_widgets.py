@@ -139,3 +139,14 @@ def test_gpu_counts_shown_for_running_finished_and_auto_jobs() -> None:
     assert [views.shown_gpus(j) for j in (running, done, waiting)] == ["3", "2", "auto"]
     assert "2 GPUs (n0:0 n1:3)" in views.status_detail(done, now=0)
     assert [row[4] for row in views.job_rows([running, done, waiting], now=0)] == ["3", "2", "auto"]
+
+
+def test_a_queued_job_shows_the_schedulers_reason_for_waiting() -> None:
+    from schedulearn_magics import views
+
+    job = {"id": 4, "name": "d", "state": "queued", "gpus": 0, "alloc": {}, "submit_time": 0.0,
+           "spec": {"gpus": 3}, "reason": "waiting: needs 3 GPUs, 2 free; 2nd in line of 3"}
+    text = views.status_detail(job, position=2, now=5.0)
+    assert text.startswith("waiting ") and text.endswith(": needs 3 GPUs, 2 free; 2nd in line of 3"), text
+    assert "position" not in text  # the reason has the place in line already
+    assert "position 2 in the queue" in views.status_detail({**job, "reason": ""}, position=2, now=5.0)

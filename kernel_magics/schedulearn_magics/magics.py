@@ -23,7 +23,7 @@ from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect
-from .handle import FINAL_STATES, JobFailed, JobHandle, JobInterrupted
+from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
 from .widgets import (
     TextJobView,
     follow,
@@ -242,12 +242,8 @@ class SchedulearnMagics(Magics):
             job = follow(handle, view, poll=self.poll_interval)
         except KeyboardInterrupt:
             if self.cancel_on_interrupt:
-                try:
-                    job = handle.cancel()
-                    view.update(job, None, None)
-                    print(f"job {handle.id}: cancelled (kernel interrupted)", file=sys.stderr)
-                except Exception as e:
-                    print(f"job {handle.id}: could not cancel it: {e}", file=sys.stderr)
+                what = self._cancel_interrupted(handle, view)
+                print(f"job {handle.id}: {what} (kernel interrupted)", file=sys.stderr)
             else:
                 print(f"job {handle.id}: still {handle.state}; it goes on running "
                       f"(%schedulearn logs {handle.id}, %schedulearn cancel {handle.id})", file=sys.stderr)
@@ -283,26 +279,34 @@ class SchedulearnMagics(Magics):
             if not self.cancel_on_interrupt:
                 hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
                 raise JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})") from None
-            try:
-                job = handle.cancel()
-                view.update(job, None, None)
-                what = "cancelled"
-            except Exception as e:
-                what = f"could not cancel it: {e}"
-            raise JobInterrupted(handle.id, what) from None
+            raise JobInterrupted(handle.id, self._cancel_interrupted(handle, view)) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
         return self._finish(handle, job, view, args.out)
 
+    @staticmethod
+    def _cancel_interrupted(handle: JobHandle, view: Any) -> str:
+        """Cancel the job of an interrupted cell; a widget goes on following it to its final
+        state (the cell has ended; a text view would print into the next cell)."""
+        try:
+            job = handle.cancel()
+        except Exception as e:
+            return f"could not cancel it: {e}"
+        view.update(job, None, None)
+        if job["state"] not in FINAL_STATES and not isinstance(view, TextJobView):
+            follow_in_background(handle, view, poll=0.5)
+        return "cancelled by you"
+
     def _finish(self, handle: JobHandle, job: dict[str, Any], view: Any, out: str | None) -> Any:
         if job["state"] != "succeeded":
             tail = ""
-            if not isinstance(view, TextJobView):
+            # the log is on screen already unless a widget showed none of it
+            if job["state"] == "failed" and not isinstance(view, TextJobView) and not view.log_tail:
                 try:
                     tail = handle.logs(tail=20)
                 except Exception:
                     tail = ""
-            raise JobFailed(job, tail)
+            raise job_ended_without_result(job, tail, handle.cancelled_by_you)
         value = self._call(handle.result)
         if out:
             self.shell.user_ns[out] = value

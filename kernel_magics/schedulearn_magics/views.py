@@ -72,8 +72,9 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
         if state == "running" or job.get("last_alloc"):
             parts.append(f"{gpus} GPU{'s' if gpus != '1' else ''} {alloc_text(job)}".rstrip())
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
-    if state in ("failed", "cancelled") and job.get("reason"):
-        parts.append(str(job["reason"]).strip().splitlines()[-1])
+    why = str(job.get("reason") or "").strip()
+    if state in ("failed", "cancelled") and why and why != state:  # not "cancelled, cancelled"
+        parts.append(why.splitlines()[-1])
     return ", ".join(parts)
 
 

@@ -481,7 +481,7 @@ class SchedulerManager:
             raise ApiError(str(e), 503) from None
 
     # (set_policy and cancel raise the store's `StoreError` unchanged: routes answer it 503)
-        return job.to_dict(self.engine.clock())
+        return self.engine.job_dict(job, self.engine.clock())
 
     def _check_runnable(self, spec: JobSpec) -> None:
         """A live server cannot run a simulated job: its simulation-only fields are refused."""
@@ -496,7 +496,7 @@ class SchedulerManager:
     async def list_jobs(self, state: str | None = None, user: str | None = None,
                         limit: Any = None) -> dict[str, Any]:
         now = self.engine.clock()
-        return {"jobs": [j.to_dict(now) for j in self._select(state, user, limit)]}
+        return {"jobs": [self.engine.job_dict(j, now) for j in self._select(state, user, limit)]}
 
     async def list_jobs_json(self, state: str | None = None, user: str | None = None,
                              limit: Any = None) -> str:
@@ -508,13 +508,15 @@ class SchedulerManager:
         parts = []
         for j in self._select(state, user, limit):
             if j.state is JobState.running:
-                parts.append(json.dumps(j.to_dict(now)))
+                parts.append(json.dumps(self.engine.job_dict(j, now)))
                 continue
-            key = (j.state, j.restarts, j.start_time, j.end_time, j.exit_code, j.reason, j.attained_base,
+            queued = j.state is JobState.queued and j.stopping is None
+            reason = self.engine.waiting_reason(j) if queued else j.reason  # a wait's changes
+            key = (j.state, j.restarts, j.start_time, j.end_time, j.exit_code, reason, j.attained_base,
                    j.run_base, len(j.alloc))
             hit = cache.get(j.id)
             if hit is None or hit[0] != key:
-                hit = cache[j.id] = (key, json.dumps(j.to_dict(now)))
+                hit = cache[j.id] = (key, json.dumps(self.engine.job_dict(j, now)))
             parts.append(hit[1])
         return '{"jobs": [' + ", ".join(parts) + "]}"
 
@@ -543,7 +545,7 @@ class SchedulerManager:
             raise NotFound(str(e)) from None
 
     async def get_job(self, job_id: Any) -> dict[str, Any]:
-        return self._job(job_id).to_dict(self.engine.clock())
+        return self.engine.job_dict(self._job(job_id), self.engine.clock())
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
         job = self._job(job_id)
@@ -553,7 +555,7 @@ class SchedulerManager:
             self.engine.cancel(job.id)
         except JobFinished as e:
             raise Conflict(str(e)) from None
-        return job.to_dict(self.engine.clock())
+        return self.engine.job_dict(job, self.engine.clock())
 
     def job_dir(self, job_id: int) -> Path:
         fn = getattr(self.executor, "job_dir", None)

@@ -92,6 +92,22 @@ def test_cancel_queued_and_running():
     assert not e.active and not e.running and not e._qjobs
 
 
+def test_queued_jobs_say_what_they_need_what_is_free_and_their_place_in_line():
+    e = engine(gpus=4)
+    run = e.submit(JobSpec(gpus=3, duration=100), now=0)
+    e.round(0)
+    low = e.submit(JobSpec(gpus=2, duration=100), now=1)
+    high = e.submit(JobSpec(gpus=1, duration=100, priority=5), now=2)
+    last = e.submit(JobSpec(gpus=4, duration=100), now=3)
+    assert e.job_dict(run, 3)["reason"] == ""  # only a queued job waits
+    assert e.job_dict(high, 3)["reason"] == ("waiting: needs 1 GPU, 1 free; 1st in line of 3; the fifo "
+                                             "policy starts it when it comes first")
+    assert e.job_dict(low, 3)["reason"] == "waiting: needs 2 GPUs, 1 free; 2nd in line of 3"
+    assert e.job_dict(last, 3)["reason"] == "waiting: needs 4 GPUs, 1 free; 3rd in line of 3"
+    e.cancel(run.id, now=4)
+    assert e.job_dict(last, 4)["reason"].startswith("waiting: needs 4 GPUs, 4 free; 3rd in line of 3")
+
+
 def test_too_big_job_is_rejected_and_nothing_is_kept():
     e = engine(hosts=2, gpus=4)
     with pytest.raises(SpecError, match=r"^gpus: at most 8 \(the GPUs of this cluster\), got 9$"):

@@ -67,9 +67,23 @@ def test_sizes():
     ranged = JobSpec(command=["x"], gpus=2, max_gpus=8)
     assert (ranged.min_size, ranged.requested, ranged.max_size(64), ranged.elastic) == (2, 2, 8, True)
     assert ranged.max_size(6) == 6  # never more than the cluster
-    auto = JobSpec(command=["x"], gpus="auto", min_gpus=2)
+    auto = JobSpec(command=["x"], gpus="auto", min_gpus=2, launcher="torchrun")
     assert (auto.min_size, auto.requested, auto.max_size(16), auto.elastic) == (2, 2, 16, True)
     assert JobSpec(command=["x"], gpus="auto").min_size == 1
+
+
+def test_auto_single_process_jobs_are_capped_at_their_minimum_unless_max_gpus_says_more():
+    """A plain Python job (one process) cannot use the GPUs `--gpus auto` could give it."""
+    one = JobSpec(script="print(1)", gpus="auto")
+    assert (one.single_process, one.max_size(16), one.elastic) == (True, 1, False)
+    two = JobSpec(script="print(1)", gpus="auto", min_gpus=2)
+    assert (two.max_size(16), two.elastic) == (2, False)
+    spawns = JobSpec(script="print(1)", gpus="auto", max_gpus=4)
+    assert (spawns.max_size(16), spawns.elastic) == (4, True)
+    for launcher in ("torchrun", "horovod"):
+        assert JobSpec(script="x", gpus="auto", launcher=launcher).max_size(16) == 16
+    simulated = JobSpec(application="cifar10", gpus="auto")  # a model of a distributed job
+    assert (simulated.single_process, simulated.max_size(16)) == (False, 16)
 
 
 def test_job_service_accounting():

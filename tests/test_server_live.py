@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -124,6 +125,45 @@ def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
     wait_for(lambda: c.job(queued["id"])["state"] == "running", what="the queued job to start")
     c.cancel(queued["id"])
     wait_for(lambda: c.job(queued["id"])["state"] == "cancelled")
+
+
+def test_queued_jobs_say_why_counts_are_real_and_one_process_gets_one_gpu(live_server: LiveServer):
+    """A queued job's `reason` says what it needs, what is free and its place in line; `ls` shows
+    the GPUs a job asks for, holds or held (never 0); `--gpus auto` gives a plain Python job one
+    GPU, even under an elastic policy, unless `max_gpus` says it can use more."""
+    live_server.start()  # 4 virtual GPUs, FIFO
+    env = {k: v for k, v in live_server.env.items() if not k.startswith("SCHEDULEARN_")}
+    c = Client(live_server.url, live_server.token)
+    big = c.submit({"name": "big", "command": SLEEP, "gpus": 3})
+    wait_for(lambda: c.job(big["id"])["state"] == "running", what="the 3-GPU job to start")
+    pair = c.submit({"name": "pair", "command": SLEEP, "gpus": 2})
+    one = c.submit({"name": "one", "command": SLEEP, "gpus": 1})
+    assert c.job(pair["id"])["reason"] == "waiting: needs 2 GPUs, 1 free; 1st in line of 2"
+    assert c.job(one["id"])["reason"] == ("waiting: needs 1 GPU, 1 free; 2nd in line of 2; the fifo "
+                                          "policy starts it when it comes first")
+    listed = {j["id"]: j for j in json.loads(cli(env, "ls", "--json").stdout)["jobs"]}
+    assert listed[pair["id"]]["reason"].startswith("waiting: needs 2 GPUs")
+    assert [ls_gpus(env)[j["id"]] for j in (big, pair, one)] == ["3", "2", "1"]
+    for j in (big, pair, one):
+        c.cancel(j["id"])
+    for j in (big, pair, one):
+        wait_for(lambda j=j: c.job(j["id"])["state"] == "cancelled", what=f"job {j['name']} to end")
+    c.set_policy("elastic-fifo")
+    probe = "import os; print('visible', os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    auto = c.submit({"name": "auto", "script": probe, "gpus": "auto"})
+    wider = c.submit({"name": "wider", "script": probe, "gpus": "auto", "max_gpus": 2})
+    for j in (auto, wider):
+        wait_for(lambda j=j: c.job(j["id"])["state"] == "succeeded", what=f"job {j['name']} to succeed")
+    assert re.search(r"^visible \d+$", c.logs(auto["id"]), re.M), c.logs(auto["id"])  # one device
+    assert sum(len(v) for v in c.job(wider["id"])["last_alloc"].values()) == 2
+    assert [ls_gpus(env)[j["id"]] for j in (big, auto, wider)] == ["3", "1", "2"]
+
+
+def ls_gpus(env: dict) -> dict[int, str]:
+    """The GPUS column of `schedulearn ls`, by job id (read at the header's offsets)."""
+    head, *rows = cli(env, "ls").stdout.splitlines()
+    start = head.index("GPUS")
+    return {int(r.split()[0]): r[start:].split()[0] for r in rows}
 
 
 class Serve:

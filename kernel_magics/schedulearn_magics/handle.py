@@ -32,6 +32,26 @@ class JobFailed(RuntimeError):
         return lines
 
 
+class JobCancelled(JobFailed):
+    """The job was cancelled: one line, no log (the cancel was asked for; nothing crashed)."""
+
+    def __init__(self, job: dict[str, Any], by_you: bool = False):
+        self.by_you = by_you
+        super().__init__(job)
+        if by_you:
+            self.args = (f"job {job.get('id')} ({job.get('name')}) cancelled by you",)
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"JobCancelled: {self}"]
+
+
+def job_ended_without_result(job: dict[str, Any], log_tail: str = "", by_you: bool = False) -> JobFailed:
+    """The exception for a job that ended in `failed` or `cancelled`."""
+    if job.get("state") == "cancelled":
+        return JobCancelled(job, by_you)
+    return JobFailed(job, log_tail)
+
+
 class JobInterrupted(Exception):
     """The kernel was interrupted while a cell waited for its job; shown as one line."""
 
@@ -50,6 +70,8 @@ class JobHandle:
         self.client = client
         self.id: int = int(job["id"])
         self.job: dict[str, Any] = job
+        #: this handle (its widget's Cancel, a kernel interrupt, `cancel()`) asked for the cancel
+        self.cancelled_by_you = False
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -80,6 +102,7 @@ class JobHandle:
             return self.job
         try:
             self.client.cancel(self.id)
+            self.cancelled_by_you = True
         except Exception:
             if self.refresh()["state"] not in FINAL_STATES:
                 raise
@@ -111,10 +134,10 @@ class JobHandle:
         if job["state"] != "succeeded":
             tail = ""
             try:
-                tail = self.logs(tail=20)
+                tail = self.logs(tail=20) if job["state"] == "failed" else ""
             except Exception:
                 pass
-            raise JobFailed(job, tail)
+            raise job_ended_without_result(job, tail, self.cancelled_by_you)
         return load_result(self.client.result(self.id))
 
     def __repr__(self) -> str:

@@ -23,7 +23,7 @@ from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect
-from .handle import FINAL_STATES, JobFailed, JobHandle, JobInterrupted
+from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
 from .widgets import (
     TextJobView,
     follow,
@@ -36,6 +36,9 @@ from .widgets import (
 )
 
 LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
+#: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
+SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
+                       "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -114,7 +117,8 @@ class SchedulearnMagics(Magics):
     # -- %%schedulearn ------------------------------------------------------------------------
     @magic_arguments()
     @argument("-h", "--help", action="store_true", help="show this help and submit nothing")
-    @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it)")
+    @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it; a plain "
+                   "Python cell, one process, gets at most --min-gpus unless --max-gpus is given)")
     @argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
     @argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
     @argument("--launcher", default="auto", choices=LAUNCHER_CHOICES,
@@ -145,6 +149,8 @@ class SchedulearnMagics(Magics):
             print(self.schedulearn.parser.format_help())
             return None
         spec = self.build_spec(args, cell)
+        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
+            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         job = self._call(self.client.submit, spec)
         handle = JobHandle(self.client, job)
         self.last_job = handle
@@ -236,12 +242,8 @@ class SchedulearnMagics(Magics):
             job = follow(handle, view, poll=self.poll_interval)
         except KeyboardInterrupt:
             if self.cancel_on_interrupt:
-                try:
-                    job = handle.cancel()
-                    view.update(job, None, None)
-                    print(f"job {handle.id}: cancelled (kernel interrupted)", file=sys.stderr)
-                except Exception as e:
-                    print(f"job {handle.id}: could not cancel it: {e}", file=sys.stderr)
+                what = self._cancel_interrupted(handle, view)
+                print(f"job {handle.id}: {what} (kernel interrupted)", file=sys.stderr)
             else:
                 print(f"job {handle.id}: still {handle.state}; it goes on running "
                       f"(%schedulearn logs {handle.id}, %schedulearn cancel {handle.id})", file=sys.stderr)
@@ -259,6 +261,8 @@ class SchedulearnMagics(Magics):
         if args.help or args.no_wait:
             return self.schedulearn(line, cell)
         spec = self.build_spec(args, cell)
+        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
+            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         job = self._call(self.client.submit, spec)
         handle = JobHandle(self.client, job)
         self.last_job = handle
@@ -275,26 +279,34 @@ class SchedulearnMagics(Magics):
             if not self.cancel_on_interrupt:
                 hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
                 raise JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})") from None
-            try:
-                job = handle.cancel()
-                view.update(job, None, None)
-                what = "cancelled"
-            except Exception as e:
-                what = f"could not cancel it: {e}"
-            raise JobInterrupted(handle.id, what) from None
+            raise JobInterrupted(handle.id, self._cancel_interrupted(handle, view)) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
         return self._finish(handle, job, view, args.out)
 
+    @staticmethod
+    def _cancel_interrupted(handle: JobHandle, view: Any) -> str:
+        """Cancel the job of an interrupted cell; a widget goes on following it to its final
+        state (the cell has ended; a text view would print into the next cell)."""
+        try:
+            job = handle.cancel()
+        except Exception as e:
+            return f"could not cancel it: {e}"
+        view.update(job, None, None)
+        if job["state"] not in FINAL_STATES and not isinstance(view, TextJobView):
+            follow_in_background(handle, view, poll=0.5)
+        return "cancelled by you"
+
     def _finish(self, handle: JobHandle, job: dict[str, Any], view: Any, out: str | None) -> Any:
         if job["state"] != "succeeded":
             tail = ""
-            if not isinstance(view, TextJobView):
+            # the log is on screen already unless a widget showed none of it
+            if job["state"] == "failed" and not isinstance(view, TextJobView) and not view.log_tail:
                 try:
                     tail = handle.logs(tail=20)
                 except Exception:
                     tail = ""
-            raise JobFailed(job, tail)
+            raise job_ended_without_result(job, tail, handle.cancelled_by_you)
         value = self._call(handle.result)
         if out:
             self.shell.user_ns[out] = value

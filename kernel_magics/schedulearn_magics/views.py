@@ -6,6 +6,8 @@ import html
 import time
 from typing import Any
 
+from schedulearn.client import shown_gpus
+
 
 def fmt_seconds(s: float | None) -> str:
     if s is None:
@@ -58,29 +60,22 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
     state = job.get("state", "?")
     parts: list[str] = []
     if state == "queued":
-        if position is not None:
-            parts.append(f"position {position} in the queue")
-        parts.append(f"waiting {fmt_seconds(waited(job, now))}")
+        why = str(job.get("reason") or "")
+        if why.startswith("waiting: "):  # the scheduler's own words: needs, free, place in line
+            parts.append(f"waiting {fmt_seconds(waited(job, now))}: {why[len('waiting: '):]}")
+        else:
+            if position is not None:
+                parts.append(f"position {position} in the queue")
+            parts.append(f"waiting {fmt_seconds(waited(job, now))}")
     else:
         gpus = shown_gpus(job)
         if state == "running" or job.get("last_alloc"):
             parts.append(f"{gpus} GPU{'s' if gpus != '1' else ''} {alloc_text(job)}".rstrip())
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
-    if state in ("failed", "cancelled") and job.get("reason"):
-        parts.append(str(job["reason"]).strip().splitlines()[-1])
+    why = str(job.get("reason") or "").strip()
+    if state in ("failed", "cancelled") and why and why != state:  # not "cancelled, cancelled"
+        parts.append(why.splitlines()[-1])
     return ", ".join(parts)
-
-
-def shown_gpus(job: dict[str, Any]) -> str:
-    """The GPUs a job holds now, else those it last held (a finished `--gpus auto` job shows what
-    it got, not "auto"), else what it asks for."""
-    if job.get("gpus"):
-        return str(job["gpus"])
-    last = sum(len(idx) for idx in (job.get("last_alloc") or {}).values())
-    if last:
-        return str(last)
-    want = (job.get("spec") or {}).get("gpus")
-    return str(want) if want is not None else "-"
 
 
 def alloc_text(job: dict[str, Any]) -> str:

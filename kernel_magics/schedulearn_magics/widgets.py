@@ -117,16 +117,23 @@ def _job_widget_class() -> type:
         def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None:
             now = time.time()
             self.state = str(job.get("state", ""))
+            by_you = bool(getattr(self.handle, "cancelled_by_you", False))
             self.gpus = int(job.get("gpus") or 0)
             self.position = int(position or 0)
             self._line = views.status_line(job, position, now)
             self.elapsed = views.fmt_seconds(
                 views.waited(job, now) if self.state == "queued" else views.ran(job, now))
             colour = views._STATE_COLOURS.get(self.state, "inherit")
+            shown, detail = self.state, views.status_detail(job, position, now)
+            if by_you and self.state == "cancelled":
+                shown = "cancelled by you"
+                detail = f"ran {views.fmt_seconds(views.ran(job, now))}"
+            elif by_you and self.state not in FINAL_STATES:
+                shown = "cancelling"  # asked; the job is stopping (SIGTERM, then its grace period)
             self.header.value = (
                 f"<b>job {job.get('id')}</b> {html.escape(str(job.get('name', '')))} — "
-                f"<span class='schedulearn-state' style='color:{colour}'>{self.state}</span> "
-                f"<span>{html.escape(views.status_detail(job, position, now))}</span>"
+                f"<span class='schedulearn-state' style='color:{colour}'>{shown}</span> "
+                f"<span>{html.escape(detail)}</span>"
             )
             if logs is not None:
                 self.log_tail = "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
@@ -134,7 +141,7 @@ def _job_widget_class() -> type:
                     "<pre style='max-height:16em;overflow:auto;margin:0;font-size:85%'>"
                     f"{html.escape(self.log_tail)}</pre>"
                 )
-            if self.state in FINAL_STATES:  # nothing left to cancel: no button
+            if self.state in FINAL_STATES or by_you:  # nothing (more) to cancel: no button
                 self.cancel_button.disabled = True
                 self.cancel_button.layout.display = "none"
 
@@ -290,8 +297,9 @@ def _queue_widget_class() -> type:
             jobs = _recent_jobs(self.client, self.limit)
             info = self.client.policy_info()
             current = info["policy"]
-            if current != self.dropdown.value:
+            if current != self.dropdown.value:  # switched elsewhere (the sidebar, another user)
                 self._set_dropdown(current)
+                self.message.value = f"<span>policy now {html.escape(current)} (switched elsewhere)</span>"
             if self.dropdown.disabled != (not info.get("can_switch", True)):
                 self._show_can_switch(info.get("can_switch", True))
             self.table.value = views.html_table(jobs)
@@ -302,6 +310,8 @@ def _queue_widget_class() -> type:
             while not self._stop.wait(self.interval * (1 + min(errors, 10))):
                 try:
                     self.refresh()
+                    if errors:  # the server is back: the error shown is no longer true
+                        self.message.value = ""
                     errors = 0
                 except Exception as e:
                     errors += 1

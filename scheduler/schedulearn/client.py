@@ -188,3 +188,15 @@ class Client:
 
     def openapi(self) -> dict[str, Any]:
         return self.request("GET", "openapi.json")
+
+
+def shown_gpus(job: dict[str, Any]) -> str:
+    """The GPUs a job holds now, else those it last held (a finished `--gpus auto` job shows what
+    it got, not "auto"), else what it asks for."""
+    if job.get("gpus"):
+        return str(job["gpus"])
+    last = sum(len(idx) for idx in (job.get("last_alloc") or {}).values())
+    if last:
+        return str(last)
+    want = (job.get("spec") or {}).get("gpus")
+    return str(want) if want is not None else "-"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .client import Client, ClientError
+from .client import Client, ClientError, shown_gpus
 from .model import LAUNCHERS
 
 COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus", "serve")
@@ -186,8 +186,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "REASON"]]
     for j in jobs:
-        rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], str(j["gpus"]),
-                     _ago(j["submit_time"]) + " ago", (j.get("reason") or "")[:50]])
+        rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], shown_gpus(j),
+                     _ago(j["submit_time"]) + " ago", (j.get("reason") or "")[:90]])
     _table(rows)
     return 0
 

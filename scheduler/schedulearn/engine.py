@@ -259,6 +259,26 @@ class Engine:
         # A margin against rounding: a tick a hair before the change runs a (no-op) round.
         return now + 1e-9 * (1.0 + abs(now)) >= self._next_change
 
+    # -- what users read -----------------------------------------------------------------------
+    def job_dict(self, job: Job, now: float) -> dict[str, Any]:
+        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits."""
+        d = job.to_dict(now)
+        if job.state is JobState.queued and job.stopping is None:
+            d["reason"] = self.waiting_reason(job)
+        return d
+
+    def waiting_reason(self, job: Job) -> str:
+        """Why a queued job waits: what it needs, what is free, and its place in the queue (by
+        priority, then arrival; the policy decides the order in which jobs start), e.g.
+        `waiting: needs 3 GPUs, 2 free; 2nd in line of 4`."""
+        need, free = job.spec.min_size, self.pool.total
+        i = bisect_left(self._qkeys, (-job.spec.priority, job.id))
+        text = f"waiting: needs {need} GPU{'' if need == 1 else 's'}, {free} free; " \
+               f"{_ordinal(i + 1)} in line of {len(self._qkeys)}"
+        if need <= free:  # it fits: the policy (or a round not run yet) holds it back
+            text += f"; the {self.policy.name} policy starts it when it comes first"
+        return text
+
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
         if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
@@ -505,7 +525,7 @@ class Engine:
                     self._unsynced[job.id] = [(kind, data, now)]
                     self._dirty = True
         if self.listeners:
-            self._emit({"type": "job", "event": kind, "job": job.to_dict(now)})
+            self._emit({"type": "job", "event": kind, "job": self.job_dict(job, now)})
         if not (self._in_round and kind in _ROUND_OWN):
             self.wake()  # what the round did itself is what the policy wants: no new round
 
@@ -638,6 +658,11 @@ def _stopping(why: str) -> Callable[[Job], None]:
 def _preempting(job: Job) -> None:
     job.stopping = "preempt"
     job.restarts += 1
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _line(e: BaseException) -> str:

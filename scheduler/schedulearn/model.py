@@ -153,7 +153,16 @@ class JobSpec(BaseModel):
     def max_size(self, cluster_gpus: int) -> int:
         if self.max_gpus is not None:
             return min(self.max_gpus, cluster_gpus)
-        return cluster_gpus if self.gpus == "auto" else int(self.gpus)
+        if self.gpus != "auto":
+            return int(self.gpus)
+        return min(self.min_size, cluster_gpus) if self.single_process else cluster_gpus
+
+    @property
+    def single_process(self) -> bool:
+        """A live job whose launcher starts one process (plain Python): `--gpus auto` gives it no
+        more than its minimum (1) unless `max_gpus` says it can use more (e.g. it spawns its own
+        workers); a simulated job models its own scaling."""
+        return self.launcher == Launcher.python and self.duration is None and self.application is None
 
     @property
     def requested(self) -> int:
@@ -162,7 +171,7 @@ class JobSpec(BaseModel):
 
     @property
     def elastic(self) -> bool:
-        return self.gpus == "auto" or (self.max_gpus or 0) > self.min_size
+        return (self.gpus == "auto" and not self.single_process) or (self.max_gpus or 0) > self.min_size
 
     @classmethod
     def parse(cls, data: Any) -> JobSpec:

@@ -15,7 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
-from schedulearn_magics.handle import JobFailed, JobHandle
+from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle
 
 from tests.conftest import require
 from tests.magics.conftest import GPUS
@@ -80,6 +80,20 @@ def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: C
     assert r.result == ("hello", "a b", "2")
     spec = client.jobs()[-1]["spec"]
     assert spec["priority"] == 5 and spec["gpus"] == 2
+
+
+def test_auto_python_cell_is_told_it_gets_one_gpu(shell: InteractiveShell, client: Client,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """A plain Python cell runs one process: `--gpus auto` gives it one GPU and the cell says so;
+    with `--max-gpus` (it starts its own workers) no note and no cap."""
+    capsys.readouterr()
+    r = cell(shell, "--gpus auto", "import os\nos.environ['SCHEDULEARN_NUM_GPUS']")
+    assert r.success, r.error_in_exec
+    assert r.result == "1"
+    assert "runs as one Python process, so --gpus auto gives it 1 GPU(s)" in capsys.readouterr().err
+    r = cell(shell, "--gpus auto --max-gpus 2", "1")
+    assert r.success, r.error_in_exec
+    assert "one Python process" not in capsys.readouterr().err
 
 
 def test_torchrun_detected_and_run_with_one_process_per_gpu(shell: InteractiveShell, client: Client) -> None:
@@ -219,6 +233,28 @@ def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Clien
         time.sleep(0.2)
         job = client.job(job["id"])
     assert job["state"] == "cancelled"
+
+
+def test_a_job_cancelled_elsewhere_ends_its_cell_with_one_line(shell: InteractiveShell, client: Client) -> None:
+    """A cancel is not a crash: the waiting cell ends with `JobCancelled` on one line, no log."""
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = [j for j in client.jobs() if j["name"] == "cancelled-elsewhere"]
+            if jobs and jobs[-1]["state"] == "running":
+                client.cancel(jobs[-1]["id"])
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=cancel_when_running, daemon=True)
+    t.start()
+    r = cell(shell, "--name cancelled-elsewhere",
+             "print('working', flush=True)\nimport time\ntime.sleep(120)")
+    t.join()
+    err = r.error_in_exec
+    assert isinstance(err, JobCancelled) and not err.by_you, err
+    assert err._render_traceback_() == [f"JobCancelled: {err}"]  # one line, no log tail
+    assert str(err).startswith(f"job {err.job['id']} (cancelled-elsewhere) cancelled")
 
 
 def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client) -> None:

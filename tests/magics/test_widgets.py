@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
-from schedulearn_magics.handle import JobHandle
+from schedulearn_magics.handle import JobCancelled, JobHandle
 from schedulearn_magics.widgets import follow_in_background, job_widget, queue_widget
 
 from tests.magics.conftest import GPUS
@@ -139,3 +139,36 @@ def test_gpu_counts_shown_for_running_finished_and_auto_jobs() -> None:
     assert [views.shown_gpus(j) for j in (running, done, waiting)] == ["3", "2", "auto"]
     assert "2 GPUs (n0:0 n1:3)" in views.status_detail(done, now=0)
     assert [row[4] for row in views.job_rows([running, done, waiting], now=0)] == ["3", "2", "auto"]
+
+
+def test_a_queued_job_shows_the_schedulers_reason_for_waiting() -> None:
+    from schedulearn_magics import views
+
+    job = {"id": 4, "name": "d", "state": "queued", "gpus": 0, "alloc": {}, "submit_time": 0.0,
+           "spec": {"gpus": 3}, "reason": "waiting: needs 3 GPUs, 2 free; 2nd in line of 3"}
+    text = views.status_detail(job, position=2, now=5.0)
+    assert text.startswith("waiting ") and text.endswith(": needs 3 GPUs, 2 free; 2nd in line of 3"), text
+    assert "position" not in text  # the reason has the place in line already
+    assert "position 2 in the queue" in views.status_detail({**job, "reason": ""}, position=2, now=5.0)
+
+
+def test_an_interrupted_cells_widget_ends_cancelled_by_you_without_a_cancel_button(
+    shell: InteractiveShell, client: Client
+) -> None:
+    """After a kernel interrupt (which cancels the job) the widget follows the job to its end:
+    `cancelled by you` within 2 s, and no Cancel button from the moment the cancel is asked."""
+    from schedulearn_magics.magics import SchedulearnMagics
+
+    body = "import time\ntime.sleep(120)"
+    handle = shell.run_cell(f"%%schedulearn --no-wait --name to-interrupt\n{body}").result
+    wait_for(lambda: handle.state == "running", what="the job to run")
+    widget = job_widget(handle)
+    assert widget.cancel_button.layout.display != "none"
+    assert SchedulearnMagics._cancel_interrupted(handle, widget) == "cancelled by you"
+    assert widget.cancel_button.layout.display == "none"
+    assert "cancelling" in widget.header.value or widget.state == "cancelled"
+    wait_for(lambda: widget.state == "cancelled", timeout=2, what="the widget to show 'cancelled' within 2 s")
+    wait_for(lambda: "cancelled by you" in widget.header.value, timeout=1, what="'cancelled by you'")
+    assert "cancelled, cancelled" not in widget.header.value
+    with pytest.raises(JobCancelled, match=r"\(to-interrupt\) cancelled by you$"):
+        handle.result(timeout=5)

@@ -4,6 +4,7 @@ runner, and signed results: real subprocesses, no server."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -101,6 +102,53 @@ def test_the_process_group_is_destroyed_and_output_flushed(tmp_path: Path) -> No
     p = _run(["s.py", str(port)], tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout == "last wordsat exit initialised: False\n"
+
+
+# --- rank prefixes ----------------------------------------------------------------------------
+def test_ranks_sharing_one_log_write_whole_prefixed_lines(tmp_path: Path) -> None:
+    """Two ranks of a 2-process job write 3,000 lines each, every line in two pieces, to one log
+    (as torchrun's workers share the job's log): each line comes out whole with its rank."""
+    (tmp_path / "s.py").write_text(
+        "import os, sys\n"
+        "r = os.environ['RANK']\n"
+        "for i in range(3000):\n"
+        "    print(f'r{r} step {i}', end='')\n"
+        "    print(f' loss {i * 0.5}')\n"
+        "print(f'r{r} to stderr', file=sys.stderr)\n")
+    log = tmp_path / "log.txt"
+    with open(log, "ab") as f:
+        procs = [subprocess.Popen([PY, "-m", "schedulearn.run", "s.py"], cwd=tmp_path, stdout=f,
+                                  stderr=subprocess.STDOUT, env={**ENV, "WORLD_SIZE": "2", "RANK": str(r)})
+                 for r in (0, 1)]
+        assert [p.wait(120) for p in procs] == [0, 0]
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * 3001
+    bad = [ln for ln in lines if not re.fullmatch(r"\[rank(\d)\]: r\1 (step \d+ loss \d+\.\d|to stderr)", ln)]
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("env", [{"WORLD_SIZE": "1", "RANK": "0"}, {},
+                                 {"WORLD_SIZE": "2", "RANK": "1", "SCHEDULEARN_RANK_PREFIX": "0"},
+                                 {"WORLD_SIZE": "2", "RANK": "1", "HOROVOD_RANK": "1"}],
+                         ids=["one process", "no torchrun", "turned off", "horovod prefixes itself"])
+def test_no_rank_prefix_where_there_is_one_process_or_it_is_off(tmp_path: Path, env: dict) -> None:
+    (tmp_path / "s.py").write_text("print('plain')\n")
+    base = {k: v for k, v in ENV.items() if k not in ("WORLD_SIZE", "RANK", "HOROVOD_RANK")}
+    p = subprocess.run([PY, "-m", "schedulearn.run", "s.py"], cwd=tmp_path, env={**base, **env},
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout == "plain\n"
+
+
+def test_a_failing_rank_s_traceback_is_prefixed_and_still_the_reason(tmp_path: Path) -> None:
+    from schedulearn import joblogs
+
+    (tmp_path / "s.py").write_text("raise RuntimeError('boom')\n")
+    p = subprocess.run(
+        [PY, "-m", "schedulearn.run", "s.py"], cwd=tmp_path, env={**ENV, "WORLD_SIZE": "2", "RANK": "1"},
+        capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[0] == "[rank1]: Traceback (most recent call last):"
+    assert joblogs.failure_reason(p.stderr) == "RuntimeError: boom"
 
 
 # --- the launchers put Python programs under the runner --------------------------------------

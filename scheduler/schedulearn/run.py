@@ -71,6 +71,68 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+# --- rank prefixes --------------------------------------------------------------------------
+#: Set to 0 in a job's `env` to keep its ranks' lines unprefixed.
+RANK_PREFIX_ENV = "SCHEDULEARN_RANK_PREFIX"
+
+
+class RankPrefixed:
+    """A text stream that starts each line with `[rankN]: ` and hands only whole lines to the
+    file, one write each (a partial line waits for its end or a `flush()`): the ranks of a job
+    share one log, and their output cut each other's lines (`...loss 11.0901rank 1/2 step 0...`)."""
+
+    schedulearn_rank_prefix = True  # (the cell bundle embeds its own copy of this class)
+
+    def __init__(self, stream, prefix: str):
+        self._stream = stream
+        self._prefix = prefix
+        self._pending = ""  # the start of a line not ended yet
+        self._at_line_start = True  # (false after a flushed partial line)
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in text:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._emit(lines + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._emit(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def _emit(self, text: str) -> None:
+        out = []
+        pieces = text.split("\n")
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            if last and not piece:
+                break
+            if self._at_line_start:
+                out.append(self._prefix)
+            out.append(piece if last else piece + "\n")
+            self._at_line_start = not last
+        self._stream.write("".join(out))
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def prefix_ranks() -> None:
+    """Prefix stdout and stderr with the rank in a multi-process torch job (`WORLD_SIZE` > 1),
+    unless `SCHEDULEARN_RANK_PREFIX=0`; Horovod's launcher prefixes its ranks' lines itself."""
+    world, rank = os.environ.get("WORLD_SIZE", ""), os.environ.get("RANK", "")
+    if (not world.isdigit() or int(world) < 2 or not rank.isdigit() or "HOROVOD_RANK" in os.environ
+            or os.environ.get(RANK_PREFIX_ENV, "1") == "0"):
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not getattr(stream, "schedulearn_rank_prefix", False):
+            setattr(sys, name, RankPrefixed(stream, f"[rank{rank}]: "))
+
+
 # --- ending cleanly -------------------------------------------------------------------------
 def shutdown_distributed() -> None:
     """Destroy the torch process group and shut Horovod down, where the program left them
@@ -128,6 +190,7 @@ def finish(status: int):  # NoReturn
 
 def call(fn, *args, **kwargs):  # NoReturn
     """Run `fn(*args, **kwargs)` as a program: whatever happens, `finish` with its status."""
+    prefix_ranks()
     try:
         fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 - every outcome maps to a status

@@ -235,7 +235,7 @@ def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Clien
     assert job["state"] == "cancelled"
 
 
-def test_a_job_cancelled_elsewhere_ends_its_cell_with_one_line(shell: InteractiveShell, client: Client) -> None:
+def test_a_job_cancelled_elsewhere_ends_the_cell_in_one_line(shell: InteractiveShell, client: Client) -> None:
     """A cancel is not a crash: the waiting cell ends with `JobCancelled` on one line, no log."""
     def cancel_when_running() -> None:
         deadline = time.monotonic() + 60

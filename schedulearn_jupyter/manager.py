@@ -413,7 +413,7 @@ class SchedulerManager:
         return admins is None or user in admins
 
     async def policy(self, user: str = "") -> dict[str, Any]:
-        return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user)}
+        return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user), "user": user}
 
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
         if not self.can_switch(user):

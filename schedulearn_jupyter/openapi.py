@@ -234,7 +234,10 @@ def _document() -> dict[str, Any]:
                                 "properties": {"policy": {"type": "string"},
                                                "can_switch": {"type": "boolean", "description":
                                                               "whether the caller may switch the policy "
-                                                              "(an admin; everyone where none are set)"}}},
+                                                              "(an admin; everyone where none are set)"},
+                                               "user": {"type": "string", "description":
+                                                        "the caller's Schedulearn user name (whose jobs "
+                                                        "the sidebar notifies about)"}}},
                 "PolicyInfo": {"type": "object", "required": ["name", "description"],
                                "properties": {"name": {"type": "string"},
                                               "description": {"type": "string"}}},

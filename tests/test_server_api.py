@@ -10,6 +10,8 @@ import pickle
 import pytest
 from schedulearn import policies
 
+from schedulearn_jupyter.manager import default_user
+
 SLEEP = ["python", "-c", "import time; time.sleep(60)"]
 INT64 = "expected an integer between -2**63 and 2**63-1"
 
@@ -32,11 +34,12 @@ async def test_policies_and_policy_switch(sl_api, sl_manager):
     assert [p["name"] for p in data] == [p["name"] for p in policies.available()]
     assert all(p["description"] for p in data)
     # the one user of an embedded server is its admin
-    assert await sl_api("GET", "policy") == (200, {"policy": "fifo", "can_switch": True})
+    me = default_user()  # the OS user: a plain Jupyter server's one user
+    assert await sl_api("GET", "policy") == (200, {"policy": "fifo", "can_switch": True, "user": me})
     assert await sl_api("PUT", "policy", {"policy": "las"}) == (200, {"policy": "las"})
     assert sl_manager.engine.policy.name == "las"
     assert sl_manager.store.get_policy() == "las"  # remembered across restarts
-    assert await sl_api("GET", "policy") == (200, {"policy": "las", "can_switch": True})
+    assert await sl_api("GET", "policy") == (200, {"policy": "las", "can_switch": True, "user": me})
 
 
 @pytest.mark.parametrize("body", [{"policy": "nope"}, {"policy": 3}, {}, [], '"x"'])

@@ -92,7 +92,12 @@ def _job_widget_class() -> type:
         def __init__(self, handle: JobHandle, **kw: Any):
             self.handle = handle
             self.header = w.HTML()
-            self.logview = w.HTML()
+            # The log box is the widget's own element, kept across updates: a column-reverse
+            # flex box starts (and stays) scrolled to its end as lines arrive, and keeps the
+            # place a user scrolled up to (the offset from the end) while new lines come in.
+            self.logview = w.HTML(layout=w.Layout(max_height="16em", overflow="auto", display="flex",
+                                                  flex_flow="column-reverse"))
+            self.logview.add_class("schedulearn-log")
             self.cancel_button = w.Button(description="Cancel", button_style="danger", icon="stop",
                                           tooltip=f"cancel job {handle.id}")
             self.cancel_button.on_click(lambda _b: self._cancel())
@@ -138,8 +143,10 @@ def _job_widget_class() -> type:
             if logs is not None:
                 self.log_tail = "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
                 self.logview.value = (
-                    "<pre style='max-height:16em;overflow:auto;margin:0;font-size:85%'>"
-                    f"{html.escape(self.log_tail)}</pre>"
+                    # (the content's own height: ipywidgets fixes an HTML widget's to one line)
+                    "<style>.schedulearn-log > .widget-html-content{height:auto;line-height:normal;"
+                    "align-self:stretch}</style>"
+                    f"<pre style='margin:0;font-size:85%'>{html.escape(self.log_tail)}</pre>"
                 )
             if self.state in FINAL_STATES or by_you:  # nothing (more) to cancel: no button
                 self.cancel_button.disabled = True

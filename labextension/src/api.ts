@@ -99,8 +99,8 @@ export class SchedulearnApi {
   /** The policy in force and whether this user may switch it (only admins may, where the
    * server names admins; a server without `can_switch` lets everyone). */
   async policyInfo(): Promise<IPolicyState> {
-    const r = await this.request<{ policy: string; can_switch?: boolean }>('policy');
-    return { policy: r.policy, canSwitch: r.can_switch !== false };
+    const r = await this.request<{ policy: string; can_switch?: boolean; user?: string }>('policy');
+    return { policy: r.policy, canSwitch: r.can_switch !== false, user: r.user ?? '' };
   }
 
   async setPolicy(policy: string): Promise<string> {

@@ -90,7 +90,7 @@ export function jobColour(id: number): string {
 /** A timeline span in hours, for its title: `6 h`, `1.5 h`, `30 min`. */
 export function formatSpan(hours: number): string {
   if (hours < 1) {
-    return `${Math.round(hours * 60)} min`;
+    return `${Math.max(1, Math.round(hours * 60))} min`;
   }
   return `${Number(hours.toFixed(1))} h`;
 }

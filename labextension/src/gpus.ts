@@ -44,7 +44,8 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
           h('span', {}, `GPU ${gpu.index}`),
           h('span', { class: 'jp-schedulearn-gpu-kind' }, virtual ? 'virtual' : shortName(gpu.name))
         ),
-        meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
+        // a virtual GPU has no utilisation to show (no NVML): no bar rather than a false 0%
+        virtual ? null : meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
         gpu.memory_total_mb > 0 ? meter('jp-schedulearn-mem', memPct, memLabel) : null,
         h(
           'div',

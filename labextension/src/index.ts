@@ -8,7 +8,16 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Dialog, ICommandPalette, InputDialog, MainAreaWidget, showDialog, showErrorMessage, WidgetTracker } from '@jupyterlab/apputils';
+import {
+  Dialog,
+  ICommandPalette,
+  InputDialog,
+  MainAreaWidget,
+  Notification,
+  showDialog,
+  showErrorMessage,
+  WidgetTracker
+} from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -101,14 +110,51 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    // The sidebar's dropdown switches the policy of the whole server: ask first.
+    const confirmPolicy = async (name: string): Promise<boolean> => {
+      const current = model.snapshot?.policy ?? '?';
+      const answer = await showDialog({
+        title: `Switch the scheduling policy to ${name}?`,
+        body:
+          `The policy decides for every user's jobs on this scheduler, from its next round ` +
+          `(now ${current}). Running jobs may be preempted or resized by the new policy.`,
+        buttons: [Dialog.cancelButton({ label: `Keep ${current}` }), Dialog.okButton({ label: `Switch to ${name}` })]
+      });
+      if (!answer.button.accept) {
+        return false;
+      }
+      await setPolicy(name);
+      return true;
+    };
+
     panel = new SchedulearnPanel({
       model,
       timelineHours: settings.timelineHours,
       cancel: job => void cancelJob(job),
       logs: openLogs,
-      setPolicy
+      setPolicy: confirmPolicy
     });
     panel.title.icon = schedulearnIcon;
+
+    // A notification when one of this user's jobs ends, with a link to its log.
+    model.jobEnded.connect((_, job) => {
+      const me = model.snapshot?.user;
+      if (me && job.user && job.user !== me) {
+        return;
+      }
+      const text = endedText(job);
+      const options = {
+        autoClose: job.state === 'failed' ? (false as const) : 10000,
+        actions: [{ label: 'Show log', callback: () => openLogs(job) }]
+      };
+      if (job.state === 'succeeded') {
+        Notification.success(text, options);
+      } else if (job.state === 'failed') {
+        Notification.error(text, options);
+      } else {
+        Notification.info(text, options);
+      }
+    });
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'schedulearn-sidebar');
@@ -206,5 +252,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/** `Job #7 train succeeded`, with a failure's reason. */
+function endedText(job: IJob): string {
+  const why = job.state === 'failed' && job.reason ? `: ${job.reason.split('\n').pop()}` : '';
+  return `Schedulearn: job #${job.id} ${job.name} ${job.state}${why}`;
+}
 
 export default plugin;

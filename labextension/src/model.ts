@@ -7,7 +7,8 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ApiError, SchedulearnApi } from './api';
-import { Allocation, IEvent, ISnapshot } from './types';
+import { isFinal } from './format';
+import { Allocation, IEvent, IJob, ISnapshot } from './types';
 
 export interface IModelOptions {
   api?: SchedulearnApi;
@@ -25,6 +26,8 @@ export class SchedulearnModel {
   private _snapshot: ISnapshot | null = null;
   private _error: ApiError | null = null;
   private _changed = new Signal<this, void>(this);
+  private _jobEnded = new Signal<this, IJob>(this);
+  private _endedSeen = new Set<number>();
   private _poll: Poll;
   private _ws: WebSocket | null = null;
   private _wsRetry = 0;
@@ -51,6 +54,11 @@ export class SchedulearnModel {
   /** Emitted after every refresh (and on errors). */
   get changed(): ISignal<this, void> {
     return this._changed;
+  }
+
+  /** Emitted once per job that ends while the model runs (from the events, else a refresh). */
+  get jobEnded(): ISignal<this, IJob> {
+    return this._jobEnded;
   }
 
   get snapshot(): ISnapshot | null {
@@ -121,13 +129,20 @@ export class SchedulearnModel {
 
   private async _refresh(): Promise<void> {
     try {
-      const [nodes, jobs, { policy, canSwitch }, policies] = await Promise.all([
+      const [nodes, jobs, { policy, canSwitch, user }, policies] = await Promise.all([
         this.api.gpus(),
         this.api.jobs(),
         this.api.policyInfo(),
         this._snapshot?.policies.length ? Promise.resolve(this._snapshot.policies) : this.api.policies()
       ]);
-      this._snapshot = { nodes, jobs, policy, canSwitch, policies, now: Date.now() / 1000 };
+      const before = this._snapshot ? new Map(this._snapshot.jobs.map(j => [j.id, j.state])) : null;
+      this._snapshot = { nodes, jobs, policy, canSwitch, user, policies, now: Date.now() / 1000 };
+      for (const job of jobs) {
+        const was = before?.get(job.id);
+        if (was !== undefined && !isFinal(was) && isFinal(job.state)) {
+          this._ended(job); // missed by the events (no websocket)
+        }
+      }
       this._error = null;
       let learned = false;
       for (const job of jobs) {
@@ -161,9 +176,19 @@ export class SchedulearnModel {
     return true;
   }
 
+  private _ended(job: IJob): void {
+    if (!this._endedSeen.has(job.id)) {
+      this._endedSeen.add(job.id);
+      this._jobEnded.emit(job);
+    }
+  }
+
   private _onEvent(e: IEvent): void {
     if (e.job && this._remember(e.job.id, e.job.alloc)) {
       this._saveRemembered();
+    }
+    if (e.type === 'job' && e.job && isFinal(e.job.state)) {
+      this._ended(e.job);
     }
     void this._poll.refresh();
   }

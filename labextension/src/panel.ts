@@ -1,5 +1,6 @@
 /** The left sidebar panel: status banner, policy selector, GPU grid, jobs table, GPU timeline. */
 import { Message } from '@lumino/messaging';
+import { caretDownEmptyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { h } from './dom';
@@ -7,15 +8,16 @@ import { formatSpan } from './format';
 import { renderGpuGrid } from './gpus';
 import { IJobActions, renderJobsTable } from './jobs';
 import { SchedulearnModel } from './model';
-import { computeBars, renderTimeline } from './timeline';
+import { autoSpan, computeBars, renderTimeline, WINDOWS } from './timeline';
 
 /** The policy selector's tooltip for users who may not switch the policy. */
 export const READ_ONLY_TIP = "Only the scheduler's admins can switch the policy";
 
 export interface IPanelOptions extends IJobActions {
   model: SchedulearnModel;
-  setPolicy(name: string): Promise<void>;
-  /** Hours of history the timeline shows. */
+  /** Switches the policy; resolves `false` when the user did not confirm. */
+  setPolicy(name: string): Promise<boolean | void>;
+  /** Hours of history the timeline shows at most (its `auto` window's limit). */
   timelineHours: number;
 }
 
@@ -29,6 +31,12 @@ export class SchedulearnPanel extends Widget {
   private _jobs = h('div', { class: 'jp-schedulearn-section-body' });
   private _timeline = h('div', { class: 'jp-schedulearn-section-body jp-schedulearn-timeline' });
   private _timelineTitle = h('span', {}, '');
+  private _window = h(
+    'select',
+    { class: 'jp-schedulearn-window', title: 'Timeline window: auto follows the jobs' },
+    ...WINDOWS.map(w => h('option', { value: String(w.seconds) }, w.label))
+  );
+  private _policyBox = h('div', { class: 'jp-HTMLSelect jp-DefaultStyle jp-schedulearn-policy-box' });
   private _updated = h('span', { class: 'jp-schedulearn-updated' });
   private _policySwitching = false;
   private _canSwitch = true;
@@ -42,6 +50,9 @@ export class SchedulearnPanel extends Widget {
     this.title.caption = 'Schedulearn: GPUs, jobs and policy';
 
     this._policy.addEventListener('change', () => void this._switchPolicy(this._policy.value));
+    this._window.addEventListener('change', () => this.render());
+    // JupyterLab's select look, with its caret: a dropdown, not a text field
+    this._policyBox.append(this._policy, caretDownEmptyIcon.element({ tag: 'span' }));
 
     const section = (title: Node | string, body: HTMLElement, cls: string) =>
       h('section', { class: `jp-schedulearn-section ${cls}` }, h('h3', {}, title), body);
@@ -51,12 +62,16 @@ export class SchedulearnPanel extends Widget {
       this._banner,
       section(
         'Policy',
-        h('div', { class: 'jp-schedulearn-section-body' }, this._policy, this._policyNote),
+        h('div', { class: 'jp-schedulearn-section-body' }, this._policyBox, this._policyNote),
         'jp-schedulearn-policy-section'
       ),
       section('GPUs', this._gpus, 'jp-schedulearn-gpus-section'),
       section('Jobs', this._jobs, 'jp-schedulearn-jobs-section'),
-      section(this._timelineTitle, this._timeline, 'jp-schedulearn-timeline-section')
+      section(
+        h('span', { class: 'jp-schedulearn-timeline-head' }, this._timelineTitle, this._window),
+        this._timeline,
+        'jp-schedulearn-timeline-section'
+      )
     );
     this.model.changed.connect(this.render, this);
     this.render();
@@ -94,9 +109,11 @@ export class SchedulearnPanel extends Widget {
     this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options));
-    const hours = this._options.timelineHours;
-    this._timelineTitle.textContent = `GPU timeline (last ${formatSpan(hours)})`;
-    const tl = computeBars(snap.nodes, snap.jobs, this.model.remembered, snap.now, hours * 3600);
+    const max = this._options.timelineHours * 3600;
+    const chosen = this._window.value === 'auto' ? 'auto' : Number(this._window.value);
+    const span = chosen === 'auto' ? autoSpan(snap.jobs, snap.now, max) : chosen;
+    this._timelineTitle.textContent = `GPU timeline (last ${formatSpan(span / 3600)})`;
+    const tl = computeBars(snap.nodes, snap.jobs, this.model.remembered, snap.now, span);
     const width = this.node.clientWidth || 300;
     this._timeline.replaceChildren(renderTimeline(tl, width - 24));
   }
@@ -149,7 +166,7 @@ export class SchedulearnPanel extends Widget {
     this._policySwitching = true;
     this._policy.disabled = true;
     try {
-      await this._options.setPolicy(name);
+      await this._options.setPolicy(name); // may ask to confirm; declined: render() puts it back
     } finally {
       this._policySwitching = false;
       this._policy.disabled = !this._canSwitch;

@@ -78,6 +78,34 @@ export function computeBars(
   return { rows, bars, from, to: now };
 }
 
+/** The timeline windows a user can pick: `auto` follows the jobs, the others are fixed. */
+export const WINDOWS: { label: string; seconds: number | 'auto' }[] = [
+  { label: 'auto', seconds: 'auto' },
+  { label: '15 min', seconds: 15 * 60 },
+  { label: '1 h', seconds: 3600 },
+  { label: '6 h', seconds: 6 * 3600 }
+];
+
+/**
+ * The `auto` window: from a little before the earliest start of the jobs that ran within the
+ * last `maxSeconds` to now, at least a minute: a job of a few seconds is a visible bar, not a
+ * sliver at the edge of a 6-hour window.
+ */
+export function autoSpan(jobs: IJob[], now: number, maxSeconds: number): number {
+  let earliest = now;
+  for (const job of jobs) {
+    if (job.start_time === null || job.start_time === undefined) {
+      continue;
+    }
+    const end = job.end_time ?? now;
+    if (end >= now - maxSeconds && job.start_time < earliest) {
+      earliest = job.start_time;
+    }
+  }
+  const span = (now - earliest) * 1.1; // a margin before the first bar
+  return Math.min(Math.max(span, 60), maxSeconds);
+}
+
 function pickAlloc(job: IJob, remembered: Map<number, Allocation>): Allocation | null {
   for (const a of [job.alloc, job.last_alloc, remembered.get(job.id)]) {
     if (a && Object.values(a).some(v => v.length > 0)) {
@@ -103,9 +131,10 @@ function svg<K extends keyof SVGElementTagNameMap>(
   return el;
 }
 
-function clock(t: number): string {
+function clock(t: number, seconds = false): string {
   const d = new Date(t * 1000);
-  return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+  const hm = `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+  return seconds ? `${hm}:${String(d.getSeconds()).padStart(2, '0')}` : hm;
 }
 
 /** Draws the timeline into a fresh SVG element `width` pixels wide. */
@@ -128,7 +157,7 @@ export function renderTimeline(tl: ITimeline, width: number): SVGSVGElement {
       'text-anchor': i === 0 ? 'start' : i === n ? 'end' : 'middle',
       class: 'jp-schedulearn-tick-label'
     });
-    label.textContent = clock(t);
+    label.textContent = clock(t, tl.to - tl.from < 10 * 60);
     root.appendChild(label);
   }
   const rowIndex = new Map(tl.rows.map((r, i) => [r, i]));
@@ -152,7 +181,9 @@ export function renderTimeline(tl: ITimeline, width: number): SVGSVGElement {
       'data-row': bar.row
     });
     const title = svg('title', {});
-    title.textContent = `#${bar.jobId} ${bar.name} (${bar.state}) on ${bar.row}`;
+    title.textContent =
+      `#${bar.jobId} ${bar.name} (${bar.state}) on ${bar.row}\n` +
+      `${clock(bar.start, true)}–${clock(bar.end, true)} (${Math.max(0, Math.round(bar.end - bar.start))} s shown)`;
     rect.appendChild(title);
     root.appendChild(rect);
   }

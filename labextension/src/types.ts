@@ -60,6 +60,8 @@ export interface IPolicyInfo {
 export interface IPolicyState {
   policy: string;
   canSwitch: boolean;
+  /** The caller's Schedulearn user name ('' where the server does not say). */
+  user: string;
 }
 
 /** Everything the sidebar shows, fetched in one refresh. */
@@ -69,6 +71,8 @@ export interface ISnapshot {
   policy: string;
   /** False for users who are not the scheduler's admins: the selector is read-only. */
   canSwitch: boolean;
+  /** Who this is (`GET policy`): the sidebar notifies when this user's jobs end. */
+  user: string;
   policies: IPolicyInfo[];
   /** Client time (seconds) of the refresh. */
   now: number;

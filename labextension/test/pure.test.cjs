@@ -2,7 +2,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus } = require('../build-test/format.js');
-const { computeBars } = require('../build-test/timeline.js');
+const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
 const job = (over) => ({
@@ -78,4 +78,19 @@ test('sortJobs: running, then queued, then finished newest first', () => {
     job({ id: 5, state: 'queued' })
   ]).map(j => j.id);
   assert.deepEqual(order, [3, 2, 5, 4, 1]);
+});
+
+test('autoSpan: the window follows the jobs (a 10-s job is a tenth of it), at least 1 min, at most the limit', () => {
+  const now = 100000;
+  const tenSeconds = job({ state: 'succeeded', start_time: now - 30, end_time: now - 20 });
+  assert.equal(autoSpan([tenSeconds], now, 6 * 3600), 60); // the 1-minute floor
+  const older = job({ id: 2, state: 'succeeded', start_time: now - 600, end_time: now - 590 });
+  assert.equal(Math.round(autoSpan([tenSeconds, older], now, 6 * 3600)), 660); // 10 % margin
+  const ancient = job({ id: 3, state: 'succeeded', start_time: now - 10 * 3600, end_time: now - 9 * 3600 });
+  assert.equal(Math.round(autoSpan([tenSeconds, ancient], now, 6 * 3600)), 60); // ended before the limit
+  const longRunning = job({ id: 4, state: 'running', start_time: now - 10 * 3600 });
+  assert.equal(autoSpan([longRunning], now, 6 * 3600), 6 * 3600); // never more than the limit
+  assert.equal(autoSpan([job({})], now, 3600), 60); // nothing ran yet
+  assert.equal(formatSpan(60 / 3600), '1 min');
+  assert.equal(formatSpan(5 / 3600), '1 min');
 });

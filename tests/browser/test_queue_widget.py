@@ -114,7 +114,51 @@ def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabSe
         page.locator(".schedulearn-job button", has_text="Cancel").click()
         lab_server.wait_job(job["id"], {"cancelled"}, timeout=30)
         page.locator(".schedulearn-job .schedulearn-state", has_text="cancelled").wait_for(timeout=30_000)
-        # The cell ended with the one-line error (JobFailed ... cancelled).
-        page.locator(".jp-OutputArea-output", has_text="JobFailed").wait_for(timeout=30_000)
+        state = page.locator(".schedulearn-job .schedulearn-state", has_text="cancelled by you")
+        state.wait_for(timeout=30_000)
+        assert page.locator(".schedulearn-job button", has_text="Cancel").is_hidden()
+        # The cell ended with one line saying so: a cancel is not a crash.
+        out = page.locator(".jp-OutputArea-output", has_text="JobCancelled")
+        out.wait_for(timeout=30_000)
+        assert "cancelled by you" in out.inner_text() and "JobFailed" not in out.inner_text()
+    finally:
+        page.context.close()
+
+
+def test_job_widget_log_follows_the_tail_and_keeps_where_the_user_scrolled(browser: Any,
+                                                                          lab_server: LabServer) -> None:
+    """While lines arrive the log box shows the newest ones (scrolled to its end); once the user
+    scrolls up, new lines no longer pull the box back to the end."""
+    write_notebook(lab_server, "follow.ipynb", [
+        "%%schedulearn --name log-follow\nimport time\nfor i in range(240):\n"
+        "    print(f'line {i}', flush=True)\n    time.sleep(0.05)"])
+    page = open_lab(browser, lab_server)
+    log = ".schedulearn-job .schedulearn-log"
+    geometry = f"() => {{ const e = document.querySelector('{log}'); " \
+               "return [e.scrollTop, e.scrollHeight, e.clientHeight, e.innerText]; }"
+
+    def last_line() -> int:
+        text = page.evaluate(geometry)[3]
+        numbers = [int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("line ")]
+        return numbers[-1] if numbers else -1
+
+    try:
+        open_notebook(page, "follow.ipynb")
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.locator(log, has_text="line 40").wait_for(timeout=60_000)
+        for _ in range(3):  # lines keep coming: the box stays at its end, the newest line in view
+            top, height, client, _ = page.evaluate(geometry)
+            assert height > client + 20 and abs(top) <= 2, (top, height, client)
+            seen = last_line()
+            wait_until(lambda seen=seen: last_line() > seen, what="newer lines")
+        # The user scrolls up: new lines arrive, the box stays where they put it.
+        page.evaluate(f"() => {{ const e = document.querySelector('{log}'); e.scrollTop = -120; }}")
+        seen = last_line()
+        wait_until(lambda: last_line() > seen + 10, what="more lines after scrolling up")
+        top = page.evaluate(geometry)[0]
+        assert top <= -100, f"pulled back to the end: scrollTop {top}"
+        _, jobs = lab_server.api("GET", "jobs")
+        job = [j for j in jobs["jobs"] if j["name"] == "log-follow"][-1]
+        lab_server.wait_job(job["id"], {"succeeded"}, timeout=60)
     finally:
         page.context.close()

@@ -209,8 +209,20 @@ def test_policy_switched_from_the_panel_and_followed_from_elsewhere(lab_page: An
     wait_until(lambda: select.input_value() == current["policy"], what="the panel's policy")
     options = [o.get_attribute("value") for o in select.locator("option").all()]
     assert options == names
+    # a real dropdown: JupyterLab's select with its caret, not a bare box
+    assert panel.locator(".jp-schedulearn-policy-box svg").first.is_visible()
     target = next(n for n in names if n != current["policy"])
+    # A switch for everyone asks first; "Keep" leaves the policy as it was.
     select.select_option(target)
+    dialog = lab_page.locator(".jp-Dialog")
+    dialog.wait_for()
+    assert f"Switch the scheduling policy to {target}?" in dialog.inner_text()
+    dialog.locator("button.jp-mod-reject").click()
+    dialog.wait_for(state="detached")
+    wait_until(lambda: select.input_value() == current["policy"], what="the dropdown to go back")
+    assert lab_server.api("GET", "policy")[1]["policy"] == current["policy"]
+    select.select_option(target)
+    lab_page.locator(".jp-Dialog button.jp-mod-accept").click()
     wait_until(lambda: lab_server.api("GET", "policy")[1]["policy"] == target, what=f"policy {target}")
     # Changed elsewhere (REST): the panel follows.
     other = next(n for n in names if n != target)
@@ -379,3 +391,45 @@ def test_polling_stands_by_while_the_sidebar_is_hidden(browser: Any, lab_server:
     finally:
         page.context.close()
         lab_server.put_settings(PLUGIN, {})
+
+
+def test_timeline_window_follows_the_jobs_so_a_10_s_job_is_a_wide_bar(browser: Any, tmp_path: Any,
+                                                                      lab_traits: dict) -> None:
+    """A fresh server (no history): the `auto` window spans the jobs that ran, so a 10-s job is
+    a bar at least 20 px wide in the default sidebar width; the fixed 6-h window makes it a sliver."""
+    own = {**lab_traits, "job_root": str(tmp_path / "jobs"), "store_url": f"sqlite:///{tmp_path / 'jobs.db'}"}
+    server = LabServer(tmp_path / "lab-timeline", own).start()
+    try:
+        page = open_lab(browser, server)
+        panel = open_sidebar(page)
+        job = submit(server, "ten-seconds", 10)
+        server.wait_job(job, {"succeeded"}, timeout=60)
+        window = panel.locator("select.jp-schedulearn-window")
+        assert window.input_value() == "auto"
+        bar = panel.locator(f'rect.jp-schedulearn-bar[data-job-id="{job}"]').first
+        bar.wait_for(timeout=30_000)
+        wait_until(lambda: float(bar.get_attribute("width")) >= 20, what="the bar to be >= 20 px wide")
+        assert "ten-seconds" in bar.locator("title").text_content()
+        window.select_option(str(6 * 3600))
+        wait_until(lambda: float(bar.get_attribute("width")) < 5, what="a sliver in the 6-hour window")
+        assert "last 6 h" in panel.locator(".jp-schedulearn-timeline-head").inner_text()
+    finally:
+        server.stop()
+
+
+def test_virtual_gpus_show_no_utilisation_bar(lab_page: Any) -> None:
+    panel = open_sidebar(lab_page)
+    cards = panel.locator(".jp-schedulearn-gpu.jp-mod-virtual")
+    cards.first.wait_for()
+    assert cards.count() >= 1
+    assert panel.locator(".jp-schedulearn-gpu.jp-mod-virtual .jp-schedulearn-util").count() == 0
+
+
+def test_a_notification_with_a_log_link_when_my_job_ends(lab_page: Any, lab_server: LabServer) -> None:
+    open_sidebar(lab_page)
+    job = submit(lab_server, "notify-me", 0.5)
+    lab_server.wait_job(job, {"succeeded"}, timeout=60)
+    toast = lab_page.locator(".Toastify__toast", has_text=f"job #{job} notify-me succeeded")
+    toast.wait_for(timeout=30_000)
+    toast.locator("button", has_text="Show log").click()
+    lab_page.locator(f"#schedulearn-log-{job}").wait_for(timeout=30_000)

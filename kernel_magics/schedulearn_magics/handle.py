@@ -72,6 +72,8 @@ class JobHandle:
         self.job: dict[str, Any] = job
         #: this handle (its widget's Cancel, a kernel interrupt, `cancel()`) asked for the cancel
         self.cancelled_by_you = False
+        #: seconds between the refreshes of the live widget it displays as
+        self.poll_interval = 1.0
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -139,6 +141,24 @@ class JobHandle:
                 pass
             raise job_ended_without_result(job, tail, self.cancelled_by_you)
         return load_result(self.client.result(self.id))
+
+    def _ipython_display_(self) -> None:
+        """In a notebook, a live job widget that follows the job to its end (the output of a
+        `--no-wait` cell, or `h` in a later cell); elsewhere the text repr."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        from . import widgets
+
+        shell = get_ipython()
+        if shell is None or not widgets.widgets_available(shell):
+            display({"text/plain": repr(self)}, raw=True)
+            return
+        view = widgets.job_widget(self)
+        display(view)
+        widgets.poll_job(self, view)  # its state now, before the first background poll
+        if self.job.get("state") not in FINAL_STATES:
+            widgets.follow_in_background(self, view, poll=self.poll_interval)
 
     def __repr__(self) -> str:
         job = self.job

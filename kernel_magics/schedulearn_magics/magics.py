@@ -228,6 +228,11 @@ class SchedulearnMagics(Magics):
         return TextJobView()
 
     def _show(self, handle: JobHandle, background: bool) -> Any:
+        if background and widgets_available(self.shell):
+            # The cell's value, the handle, shows itself as a live job widget (its
+            # `_ipython_display_`), not as text frozen at "queued".
+            handle.poll_interval = max(1.0, self.poll_interval)
+            return None
         view = self._view(handle)
         if background:
             if isinstance(view, TextJobView):

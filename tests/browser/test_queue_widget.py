@@ -162,3 +162,23 @@ def test_job_widget_log_follows_the_tail_and_keeps_where_the_user_scrolled(brows
         lab_server.wait_job(job["id"], {"succeeded"}, timeout=60)
     finally:
         page.context.close()
+
+
+def test_no_wait_output_follows_the_job_to_its_end(browser: Any, lab_server: LabServer) -> None:
+    """A `--no-wait` cell's output is a live job widget: it ends showing `succeeded`, not the
+    text `<schedulearn job ... queued>` frozen at submission."""
+    write_notebook(lab_server, "nowait.ipynb", [
+        "%%schedulearn --no-wait --name no-wait-cell\nimport time\ntime.sleep(2)\nprint('done', flush=True)"])
+    page = open_lab(browser, lab_server)
+    try:
+        open_notebook(page, "nowait.ipynb")
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        state = page.locator(".schedulearn-job .schedulearn-state")
+        state.first.wait_for(timeout=60_000)
+        page.locator(".schedulearn-job .schedulearn-state", has_text="succeeded").wait_for(timeout=60_000)
+        page.locator(".schedulearn-job .schedulearn-log", has_text="done").wait_for(timeout=30_000)
+        assert page.locator(".schedulearn-job").count() == 1  # one view of the job, not two
+        outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+        assert not any("queued>" in t for t in outputs), outputs
+    finally:
+        page.context.close()

@@ -70,13 +70,14 @@ def test_torchrun_job_resized_2_1_2_continues_and_matches_an_unresized_run(tmp_p
             assert a.restarts == 2
 
             steps = [(int(s), int(w), int(r)) for s, w, r in
-                     re.findall(r"^step (\d+) world (\d) restart (\d)$", text, re.M)]
+                     re.findall(r"^(?:\[rank\d+\]: )?step (\d+) world (\d) restart (\d)$", text, re.M)]
             numbers = [s for s, _, _ in steps]
             assert numbers == list(range(1, STEPS + 1)), numbers  # continuous: no restart from 0
             worlds = [w for i, (_, w, _) in enumerate(steps) if i == 0 or steps[i - 1][1] != w]
             assert worlds == [2, 1, 2], worlds
             assert sorted({r for _, _, r in steps}) == [0, 1, 2]
-            resumed = [int(s) for s in re.findall(r"^restart \d world \d resuming at (\d+)$", text, re.M)]
+            resumed = [int(s) for s in  # (the 2-process runs' lines carry the rank prefix)
+                       re.findall(r"^(?:\[rank\d+\]: )?restart \d world \d resuming at (\d+)$", text, re.M)]
             assert resumed[0] == 0 and all(s > 0 for s in resumed[1:]) and len(resumed) == 3
 
             sys.path.insert(0, str(JOBS))

@@ -37,7 +37,8 @@ def test_two_host_torchrun_job_has_the_total_world_size(dockerd_pair, tmp_path):
             await wait_for(final(eng, job.id), 90, "the two-host job to end")
             text = ex.logs(job.id)
             assert job.state is JobState.succeeded, job.reason + "\n" + text[-2000:]
-            pattern = r"^\[(h\d)\] rank (\d) WORLD_SIZE=(\d+) world=(\d+) allreduce_sum=(\S+) cvd=(\S+)$"
+            pattern = (r"^\[(h\d)\] (?:\[rank\d+\]: )?rank (\d) WORLD_SIZE=(\d+) world=(\d+) "
+                       r"allreduce_sum=(\S+) cvd=(\S+)$")
             lines = re.findall(pattern, text, re.M)
             assert len(lines) == 2, text[-2000:]
             assert {h for h, *_ in lines} == {"h0", "h1"} and {int(r) for _, r, *_ in lines} == {0, 1}
@@ -70,7 +71,7 @@ def test_a_failing_worker_fails_the_job_and_stops_the_other_workers(dockerd_pair
             await wait_for(final(eng, job.id), 30, "the job to fail")
             assert time.monotonic() - t0 < 25  # rank 0 sleeps 120 s: it was stopped
             assert job.state is JobState.failed
-            last = re.search(r"^\[(h\d)\] rank 1 of 2 up", ex.logs(job.id), re.M).group(1)
+            last = re.search(r"^\[(h\d)\] (?:\[rank\d+\]: )?rank 1 of 2 up", ex.logs(job.id), re.M).group(1)
             rank = 0 if last == "h0" else 1
             assert job.reason == f"worker {rank} on {last}: RuntimeError: rank 1 fails on purpose", job.reason
             assert labelled(a, job.id) == [] and labelled(b, job.id) == []

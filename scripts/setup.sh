@@ -3,7 +3,8 @@
 #
 # Creates <repo>/.venv and installs everything the project and its tests need:
 #   * system packages (apt): docker.io, postgresql, chromium, chromium-driver,
-#     fonts-dejavu-core and the build tools Horovod needs (cmake, g++, make)
+#     fonts-dejavu-core, the build tools Horovod needs (cmake, g++, make) and
+#     Slurm with munge (slurmctld, slurmd, slurm-client, munge: scripts/slurm-dev.sh)
 #   * torch==2.13.0 (CPU is fine) into the venv
 #   * Horovod 0.28.1 built from source against that torch (wheel cached in
 #     ~/.cache/schedulearn/wheels/ so other venvs/clones reuse it)
@@ -45,7 +46,8 @@ took() { echo "    took $((SECONDS - $1))s"; }
 
 # ---------------------------------------------------------------- apt
 APT_PACKAGES=(docker.io postgresql chromium chromium-driver fonts-dejavu-core
-              cmake g++ make)
+              cmake g++ make
+              slurmctld slurmd slurm-client munge)  # scripts/slurm-dev.sh: a private 2-node Slurm
 # A Debian system python needs the venv module and headers (Horovod build).
 if [ "$("$PYTHON" -c 'import sys; print(sys.base_prefix)')" = "/usr" ]; then
     APT_PACKAGES+=(python3-venv python3-dev)

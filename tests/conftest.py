@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.dockerd",
     "tests.fixtures.jupyter",
+    "tests.fixtures.slurm",
 ]
 
 sys.path.insert(0, str(ROOT))

@@ -105,7 +105,7 @@ write_config() {
         echo "SelectTypeParameters=CR_Core"
         echo "GresTypes=gpu"
         echo "SlurmdParameters=config_overrides"
-        echo "SchedulerParameters=batch_sched_delay=0"
+        echo "SchedulerParameters=batch_sched_delay=0,bf_interval=1"  # hetjobs (uneven multi-node jobs) start through backfill
         echo "ReturnToService=2"
         echo "KillWait=5"
         echo "MinJobAge=300"

@@ -125,6 +125,34 @@ def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabSe
         page.context.close()
 
 
+def test_kernel_interrupt_ends_the_widget_cancelled_without_a_cancel_button(browser: Any,
+                                                                           lab_server: LabServer) -> None:
+    """Interrupting the kernel (JupyterLab's Interrupt) cancels the job the cell waits for: the
+    widget shows `cancelled` within 2 s of the job's end and no Cancel button, the cell ends
+    with one line that says so."""
+    write_notebook(lab_server, "interrupt.ipynb", [
+        "%%schedulearn --name browser-interrupt\nimport time\nprint('started', flush=True)\ntime.sleep(120)"])
+    page = open_lab(browser, lab_server)
+    try:
+        open_notebook(page, "interrupt.ipynb")
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.locator(".schedulearn-job pre", has_text="started").wait_for(timeout=60_000)
+        _, jobs = lab_server.api("GET", "jobs")
+        (job,) = [j for j in jobs["jobs"] if j["name"] == "browser-interrupt"]
+        assert page.locator(".schedulearn-job button", has_text="Cancel").is_visible()
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        lab_server.wait_job(job["id"], {"cancelled"}, timeout=30)
+        ended = time.monotonic()
+        page.locator(".schedulearn-job .schedulearn-state", has_text="cancelled").wait_for(timeout=30_000)
+        assert time.monotonic() - ended < 2.0, "the widget took more than 2 s to show 'cancelled'"
+        assert page.locator(".schedulearn-job button", has_text="Cancel").is_hidden()
+        out = page.locator(".jp-OutputArea-output.jp-RenderedText", has_text="cancelled by you")
+        out.wait_for(timeout=30_000)  # one line (the interrupt's), not a traceback
+        assert out.inner_text().strip().count("\n") == 0 and "Traceback" not in out.inner_text()
+    finally:
+        page.context.close()
+
+
 def test_job_widget_log_follows_the_tail_and_keeps_where_the_user_scrolled(browser: Any,
                                                                           lab_server: LabServer) -> None:
     """While lines arrive the log box shows the newest ones (scrolled to its end); once the user

@@ -79,8 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(opt.cli_flag, dest=opt.name, action="append", default=opt.from_env(),
                            help=text + "; repeat the flag for several")
         else:
-            p.add_argument(opt.cli_flag, dest=opt.name, type=type(opt.default), default=opt.from_env(),
-                           help=text)
+            convert = opt.parse if isinstance(opt.default, bool) else type(opt.default)
+            p.add_argument(opt.cli_flag, dest=opt.name, type=convert, default=opt.from_env(), help=text)
 
 
 def register(subparsers: Any) -> None:

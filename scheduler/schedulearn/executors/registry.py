@@ -31,12 +31,13 @@ ENTRY_POINT_GROUP = "schedulearn.executors"
 BUILTIN = ("schedulearn.executors.local:KIND", "schedulearn.executors.docker:KIND",
            "schedulearn.sim.executor:KIND")
 ENV_PREFIX = "SCHEDULEARN_"
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 @dataclass(frozen=True)
 class Option:
-    """A setting of one executor. Its type is its default's: `str`, `int`, `float` or `list`
-    (of strings). It is `Settings.options[name]`, the trait `SchedulearnApp.<name>`, the
+    """A setting of one executor. Its type is its default's: `str`, `int`, `float`, `bool` or
+    `list` (of strings). It is `Settings.options[name]`, the trait `SchedulearnApp.<name>`, the
     variable `SCHEDULEARN_<NAME>` (a list: comma-separated) and the flag `flag` of
     `schedulearn serve` (default `--<name-with-dashes>`; a list's flag is repeated)."""
 
@@ -59,6 +60,10 @@ class Option:
         kind = type(self.default)
         if kind is list:
             return [item.strip() for item in text.split(",") if item.strip()]
+        if kind is bool:
+            if text.strip().lower() not in _BOOLS:
+                raise ValueError(f"{self.env}: expected true or false, got {text!r}")
+            return _BOOLS[text.strip().lower()]
         if kind in (int, float):
             try:
                 return kind(text)

@@ -6,6 +6,10 @@ variable `SCHEDULEARN_<TRAIT>` (`SCHEDULEARN_VIRTUAL_GPUS=4 jupyter lab`). With 
 the extension runs no scheduler of its own and forwards the same API to a standalone one
 (`schedulearn serve`). At start it writes `schedulearn-server.json` (URL + token) into the
 Jupyter runtime directory, where the CLI and the kernel magics find it.
+
+The extension wraps a `schedulearn.service.SchedulerService` (or a `RemoteManager`); an
+executor's own settings (`docker_hosts`, `default_image`, ...) are traits made from its
+registration (`schedulearn.executors.registry`), each with its `SCHEDULEARN_<NAME>` variable.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Float, Int, List, TraitError, Unicode, default, validate
+from schedulearn.executors import registry
+from schedulearn.model import SpecError
+from schedulearn.service import Manager, SchedulerService, Settings, Unavailable
+from traitlets import Bool, Float, Int, List, TraitError, TraitType, Unicode, default, validate
 
 from . import runtime
-from .handlers import make_handlers
-from .manager import EXECUTORS, Settings
+from .extension import make_handlers
 
 ENV_PREFIX = "SCHEDULEARN_"
 
@@ -46,8 +52,14 @@ def schedulearn_dir() -> Path:
     return Path(jupyter_data_dir()) / "schedulearn"
 
 
-class SchedulearnApp(ExtensionApp):
+class _SchedulearnApp(ExtensionApp):
+    """The scheduler inside Jupyter Server (`SchedulearnApp`: this, with the executors' traits)."""
+
     name = "schedulearn_jupyter"
+    #: what the API's handlers call (set up in `initialize_settings`)
+    manager: Manager | None = None
+    #: the runtime files this server wrote (removed at its end)
+    runtime_files: list[Path] = []
     description = "Schedule deep-learning jobs on shared GPUs from Jupyter"
     load_other_extensions = True
 
@@ -56,15 +68,8 @@ class SchedulearnApp(ExtensionApp):
         help="Job store: a SQLAlchemy URL (postgresql+psycopg://... for a shared store) or a SQLite "
         "file path. Default: <jupyter data dir>/schedulearn/jobs.db. Env: SCHEDULEARN_STORE_URL.",
     )
-    executor = Enum(
-        list(EXECUTORS), config=True,
-        help="Where jobs run: 'local' processes, 'docker' containers, or 'sim' (simulated runs that "
-        "end after their spec's duration; demos and load tests). Env: SCHEDULEARN_EXECUTOR.",
-    )
-    docker_hosts = List(
-        Unicode(), config=True,
-        help="Docker daemons to run jobs on (e.g. ['unix:///var/run/docker.sock', 'tcp://gpu2:2376']). "
-        "Env: SCHEDULEARN_DOCKER_HOSTS, comma-separated.",
+    executor = Unicode(
+        config=True, help=f"Where jobs run: {registry.describe()}. Env: SCHEDULEARN_EXECUTOR.",
     )
     virtual_gpus = Int(
         config=True,
@@ -74,9 +79,6 @@ class SchedulearnApp(ExtensionApp):
         config=True,
         help="Policy at first start (a runtime switch is remembered in the store). "
         "Env: SCHEDULEARN_DEFAULT_POLICY.",
-    )
-    default_image = Unicode(
-        config=True, help="Docker image for jobs that name none. Env: SCHEDULEARN_DEFAULT_IMAGE."
     )
     cancel_grace = Float(
         config=True,
@@ -111,14 +113,10 @@ class SchedulearnApp(ExtensionApp):
     @default("executor")
     def _executor(self) -> str:
         value = env("executor") or "local"
-        if value not in EXECUTORS:
-            raise TraitError(f"SCHEDULEARN_EXECUTOR: expected one of {', '.join(EXECUTORS)}, got {value!r}")
+        if value not in registry.names():
+            raise TraitError(f"SCHEDULEARN_EXECUTOR: expected one of {', '.join(registry.names())}, "
+                             f"got {value!r}")
         return value
-
-    @default("docker_hosts")
-    def _docker_hosts(self) -> list[str]:
-        value = env("docker_hosts")
-        return [h.strip() for h in value.split(",") if h.strip()] if value else []
 
     @default("virtual_gpus")
     def _virtual_gpus(self) -> int:
@@ -127,10 +125,6 @@ class SchedulearnApp(ExtensionApp):
     @default("default_policy")
     def _default_policy(self) -> str:
         return env("default_policy") or "fifo"
-
-    @default("default_image")
-    def _default_image(self) -> str:
-        return env("default_image") or ""
 
     @default("cancel_grace")
     def _cancel_grace(self) -> float:
@@ -156,6 +150,13 @@ class SchedulearnApp(ExtensionApp):
     def _inventory_interval(self) -> float:
         return _env_number("inventory_interval", float, 30.0)
 
+    @validate("executor")
+    def _check_executor(self, proposal: Any) -> str:
+        try:
+            return registry.get(proposal["value"]).name
+        except SpecError as e:
+            raise TraitError(str(e)) from None
+
     @validate("virtual_gpus")
     def _check_virtual_gpus(self, proposal: Any) -> int:
         if proposal["value"] < 0:
@@ -169,35 +170,36 @@ class SchedulearnApp(ExtensionApp):
         return proposal["value"]
 
     def scheduler_settings(self) -> Settings:
+        kind = registry.get(self.executor)
         return Settings(
             store_url=self.store_url,
             executor=self.executor,
-            docker_hosts=list(self.docker_hosts),
             virtual_gpus=self.virtual_gpus,
             default_policy=self.default_policy,
-            default_image=self.default_image,
             cancel_grace=self.cancel_grace,
             job_root=self.job_root,
             tick=self.tick or 5.0,
             inventory_interval=self.inventory_interval,
+            # (an executor registered after this class was made has no trait: its variable counts)
+            options={o.name: getattr(self, o.name) if self.has_trait(o.name) else o.from_env()
+                     for o in kind.options},
         )
 
     # -- life cycle ---------------------------------------------------------------------------
     def initialize_settings(self) -> None:
+        manager: Manager
         if self.remote_url:
             from .remote import RemoteManager
 
-            manager: Any = RemoteManager(self.remote_url, self.remote_token)
+            manager = RemoteManager(self.remote_url, self.remote_token)
             self.log.info("schedulearn: using the scheduler at %s", self.remote_url)
         else:
             from schedulearn.store.lease import LeaseError
 
-            from .manager import SchedulerManager, Unavailable
-
             settings = self.scheduler_settings()
             Path(settings.job_root).mkdir(parents=True, exist_ok=True)
             try:
-                manager = SchedulerManager(settings)
+                service = SchedulerService(settings)
             except LeaseError as e:
                 # Another scheduler owns the store: Jupyter runs, this extension schedules nothing
                 # and its API answers 503 with the reason (the sidebar and the magics show it).
@@ -206,9 +208,10 @@ class SchedulearnApp(ExtensionApp):
             else:
                 self.log.info(
                     "schedulearn: %s executor, %d GPUs on %d nodes, policy %s, store %s",
-                    settings.executor, manager.engine.total_gpus, len(manager.nodes),
-                    manager.engine.policy.name, getattr(manager.store, "url", "memory"),
+                    settings.executor, service.engine.total_gpus, len(service.nodes),
+                    service.engine.policy.name, service.store.url if service.store is not None else "memory",
                 )
+                manager = service
         self.manager = manager
         self.settings["schedulearn_manager"] = manager
         manager.start(_loop(self.serverapp))
@@ -234,10 +237,9 @@ class SchedulearnApp(ExtensionApp):
             self.runtime_files = []
 
     async def stop_extension(self) -> None:
-        manager = getattr(self, "manager", None)
-        if manager is not None:
-            await manager.stop()
-        runtime.remove(getattr(self, "runtime_files", []))
+        if self.manager is not None:
+            await self.manager.stop()
+        runtime.remove(self.runtime_files)
 
 
 def _loop(serverapp: Any) -> asyncio.AbstractEventLoop:
@@ -247,4 +249,34 @@ def _loop(serverapp: Any) -> asyncio.AbstractEventLoop:
         return serverapp.io_loop.asyncio_loop
 
 
+# -- the executors' own settings, as traits ---------------------------------------------------------
+def _option_trait(opt: registry.Option) -> TraitType:
+    kinds = ", ".join(k.name for k in registry.kinds().values() if opt in k.options)
+    text = f"{opt.help} ({kinds} executor). Env: {opt.env}"
+    if isinstance(opt.default, list):
+        return List(Unicode(), config=True, help=text + ", comma-separated.")
+    trait = {bool: Bool, int: Int, float: Float}.get(type(opt.default), Unicode)
+    return trait(config=True, help=text + ".")
+
+
+def _env_default(opt: registry.Option) -> Any:
+    def value(self: Any) -> Any:
+        try:
+            return opt.from_env()
+        except ValueError as e:
+            raise TraitError(str(e)) from None
+
+    return default(opt.name)(value)
+
+
+def _with_executor_options(base: type) -> type:
+    """`base` with a trait (and its environment default) per executor option."""
+    namespace: dict[str, Any] = {"__module__": __name__, "__doc__": base.__doc__}
+    for opt in registry.options():
+        namespace[opt.name] = _option_trait(opt)
+        namespace[f"_default_{opt.name}"] = _env_default(opt)
+    return type("SchedulearnApp", (base,), namespace)
+
+
+SchedulearnApp = _with_executor_options(_SchedulearnApp)
 main = launch_new_instance = SchedulearnApp.launch_instance

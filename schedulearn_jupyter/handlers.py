@@ -1,67 +1,285 @@
-"""The API's routes bound to Jupyter Server: its authentication (`@web.authenticated` on every
-method, `@ws_authenticated` on the websocket), its user, the extension's manager."""
+"""The API's handlers as tornado mixins, and the route table, shared by both servers: the
+Jupyter extension binds them to Jupyter Server's authentication (`extension.py`), the standalone
+`schedulearn serve` to its tokens (`serve.py`). Each handler is a few lines: read the request,
+call the manager (`schedulearn.service.Manager`), write JSON. The binding supplies `manager`,
+authentication and `user_name()`.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
-from jupyter_server.auth.decorator import ws_authenticated
-from jupyter_server.base.handlers import APIHandler, JupyterHandler
-from tornado import websocket
+from schedulearn.jobfiles import MAX_REQUEST_BYTES
+from schedulearn.service import ApiError, Manager, store_failure
+from tornado import iostream, web, websocket
 
-from . import routes
-from .manager import default_user
+log = logging.getLogger("schedulearn.server")
 
-
-def jupyter_user(handler: JupyterHandler) -> str:
-    """The name recorded on jobs. A plain (token or password) Jupyter server has one user, its
-    owner: token requests carry only random anonymous identities, so the OS user is taken.
-    A server behind an identity provider of its own (JupyterHub) names the real user."""
-    provider = getattr(handler, "identity_provider", None)
-    if provider is None or type(provider).__module__.startswith("jupyter_server."):
-        return default_user()
-    user = handler.current_user
-    return getattr(user, "username", None) or default_user()
+API_PREFIX = "schedulearn/api"
+#: the largest request body accepted (a job spec with a bundled notebook cell fits easily)
+MAX_BODY = MAX_REQUEST_BYTES
+TEXT = "text/plain; charset=UTF-8"
+JSON = "application/json; charset=UTF-8"
 
 
-class JupyterApi(routes.ApiMixin, APIHandler):
-    @property
-    def manager(self) -> Any:
-        return self.settings["schedulearn_manager"]
+class ApiMixin:
+    """JSON in and out; errors as `{"error": "<field>: <what is allowed>"}`."""
+
+    manager: Manager
+
+    def prepare(self):  # type: ignore[override]
+        length = self.request.headers.get("Content-Length", "")
+        too_long = length.isdigit() and int(length) > MAX_BODY
+        if too_long or len(self.request.body or b"") > MAX_BODY:
+            raise ApiError(f"body: at most {MAX_BODY} bytes", 413)
+        return super().prepare()  # type: ignore[misc]
 
     def user_name(self) -> str:
-        return jupyter_user(self)
+        raise NotImplementedError
+
+    def json_body(self) -> Any:
+        return parse_json(self.request.body)
+
+    def send_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(data))
 
     def finish_as(self, data: str | bytes, content_type: str) -> Any:
-        return self.finish(data, set_content_type=content_type)
+        """Finish with a body that is not JSON (the Jupyter base forces JSON otherwise)."""
+        self.set_header("Content-Type", content_type)
+        return self.finish(data)
+
+    def log_exception(self, typ, value, tb):  # type: ignore[override]
+        if not log_answered(self, value):
+            super().log_exception(typ, value, tb)  # type: ignore[misc]
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:  # type: ignore[override]
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if exc is not None and not isinstance(exc, ApiError) and store_failure(exc):
+            exc = ApiError(str(exc), 503)  # the store is down: nothing was changed, try again
+        if isinstance(exc, ApiError):
+            self.set_status(exc.status)
+            message = str(exc)
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            message = self._reason  # type: ignore[attr-defined]
+        self.clear_header("Content-Type")
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"error": message}))
 
 
-class EventsHandler(routes.EventsMixin, JupyterHandler, websocket.WebSocketHandler):
+def parse_json(body: bytes | None) -> Any:
+    """A request body as JSON; `ApiError` (400) with one line when it is not, or when it nests
+    deeper than the parser can follow (`[` x 100000 would otherwise be a `RecursionError`)."""
+    try:
+        return json.loads(body or b"null", parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(f"body: invalid JSON ({e})") from None
+    except RecursionError:
+        raise ApiError("body: invalid JSON (nested too deeply; a JobSpec nests 2 levels)") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with the value of a `token` query argument replaced by `[secret]` (for logs)."""
+    path, sep, query = uri.partition("?")
+    if not sep or "token" not in query.lower():
+        return uri
+    parts = []
+    for part in query.split("&"):
+        name, eq, _value = part.partition("=")
+        parts.append(f"{name}=[secret]" if eq and name.lower() in ("token", "_xsrf") else part)
+    return path + "?" + "&".join(parts)
+
+
+def log_answered(handler: Any, value: BaseException | None) -> bool:
+    """Log an error the API answered on purpose (no traceback; the access log has the request's
+    line) and say whether it was one: an `ApiError` or a `tornado.web.HTTPError` such as a
+    refused token."""
+    req = handler.request
+    if isinstance(value, ApiError):
+        log.debug("%s %s -> %s %s", req.method, redact_uri(req.uri), value.status, value)
+        return True
+    if isinstance(value, web.HTTPError):
+        text = value.log_message % value.args if value.log_message and value.args else value.log_message
+        # the access log has the request's line already (as a warning for a 4xx)
+        log.debug("%d %s %s (%s)%s", value.status_code, req.method, redact_uri(req.uri), req.remote_ip,
+                  f": {text}" if text else "")
+        return True
+    if store_failure(value):  # one line: the store's own message says what failed
+        log.error("%s %s -> 503 %s", req.method, redact_uri(req.uri), value)
+        return True
+    return False
+
+
+class PoliciesHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.policies())
+
+
+class PolicyHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.policy(self.user_name()))
+
+    @web.authenticated
+    async def put(self):
+        body = self.json_body()
+        name = body.get("policy") if isinstance(body, dict) else None
+        self.send_json(await self.manager.set_policy(name, self.user_name()))
+
+
+class GpusHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        self.send_json(await self.manager.gpus())
+
+
+class JobsHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        query = {k: self.get_query_argument(k, None) for k in ("state", "user", "limit")}
+        self.finish_as(await self.manager.list_jobs_json(**query), JSON)
+
+    @web.authenticated
+    async def post(self):
+        job = await self.manager.submit(self.json_body(), self.user_name())
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{job['id']}")
+        self.send_json(job, 201)
+
+
+class JobHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        self.send_json(await self.manager.get_job(job_id))
+
+    @web.authenticated
+    async def delete(self, job_id: str):
+        self.send_json(await self.manager.cancel(job_id, self.user_name()))
+
+
+class LogsHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        tail = self.get_query_argument("tail", None)
+        follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
+        if not follow:
+            text = await self.manager.logs(job_id, tail)
+            self.finish_as(text, TEXT)
+            return
+        lines = await self.manager.follow_logs(job_id, tail)
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        try:
+            async for chunk in lines:
+                self.write(chunk)
+                await self.flush()
+        except iostream.StreamClosedError:
+            return  # the client went away
+        finally:
+            await lines.aclose()
+        self.finish_as("", TEXT)
+
+
+class ResultHandler(ApiMixin):
+    @web.authenticated
+    async def get(self, job_id: str):
+        data = await self.manager.result(job_id)
+        self.finish_as(data, "application/octet-stream")
+
+
+class OpenApiHandler(ApiMixin):
+    @web.authenticated
+    async def get(self):
+        from .openapi import openapi_document
+
+        self.send_json(openapi_document(self.api_base))
+
     @property
-    def manager(self) -> Any:
-        return self.settings["schedulearn_manager"]
+    def api_base(self) -> str:
+        path = self.request.path
+        return path[: -len("openapi.json")]
 
-    def set_default_headers(self) -> None:  # JupyterHandler's page headers do not apply
-        pass
 
-    async def prepare(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        await super().prepare(*args, _redirect_to_login=False, **kwargs)
+class NotFoundHandler(ApiMixin):
+    """Anything else under the API prefix: a JSON 404 (for an authenticated caller)."""
 
-    @ws_authenticated
-    async def get(self, *args: Any, **kwargs: Any) -> None:
-        res = super().get(*args, **kwargs)
+    @web.authenticated
+    async def get(self, *args):
+        raise ApiError(f"path: no route {self.request.path}", 404)
+
+    post = put = delete = patch = get
+
+
+class EventsMixin:
+    """The `events` websocket: a `hello`, then every job, policy and inventory event.
+    Subclasses authenticate in `get` before calling `super().get()`."""
+
+    manager: Manager
+    subscription: Any = None
+    _pump: Any = None
+
+    async def get(self, *args, **kwargs):
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise ApiError("events: a WebSocket endpoint; connect with 'Upgrade: websocket'", 400)
+        if self.manager.unavailable:
+            raise ApiError(f"scheduler: unavailable: {self.manager.unavailable}", 503)
+        res = super().get(*args, **kwargs)  # type: ignore[misc]
         if res is not None:
             await res
 
+    async def open(self, *args, **kwargs):
+        import asyncio
 
-def _bind(mixin: type) -> type:
-    return type(mixin.__name__, (mixin, JupyterApi), {"__module__": __name__})
+        self.subscription = await self.manager.subscribe()
+        hello = await self.manager.hello()
+        self.write_message(json.dumps(hello))
+        self._pump = asyncio.ensure_future(self._forward())
+
+    async def _forward(self):
+        try:
+            async for event in self.subscription:
+                self.write_message(json.dumps(event))
+        except websocket.WebSocketClosedError:
+            pass
+        finally:
+            self.close()
+
+    def on_message(self, message):  # the socket is one-way; pings are answered by tornado
+        pass
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:  # JSON, not an HTML page
+        ApiMixin.write_error(self, status_code, **kwargs)  # type: ignore[arg-type]
+
+    def log_exception(self, typ, value, tb):  # type: ignore[override]
+        # A refused socket (no token, not an upgrade) is one line, not a traceback.
+        if not log_answered(self, value):
+            super().log_exception(typ, value, tb)  # type: ignore[misc]
+
+    def on_close(self):
+        if self.subscription is not None:
+            self.subscription.close()
+        if self._pump is not None:
+            self._pump.cancel()
 
 
-def make_handlers() -> list[tuple[str, type]]:
-    """(pattern relative to base_url, handler) for every route of the extension."""
-    prefix = routes.API_PREFIX
-    handlers: list[tuple[str, type]] = [(f"{prefix}/{path}", _bind(mixin)) for path, mixin in routes.ROUTES]
-    handlers.append((f"{prefix}/events", EventsHandler))
-    handlers.append((f"{prefix}(?:/.*)?", _bind(routes.NotFoundHandler)))
-    return handlers
+#: (path under the API prefix, handler mixin) — the route table of both servers.
+ROUTES: list[tuple[str, type]] = [
+    (r"policies", PoliciesHandler),
+    (r"policy", PolicyHandler),
+    (r"gpus", GpusHandler),
+    (r"jobs", JobsHandler),
+    (r"jobs/(\d+)", JobHandler),
+    (r"jobs/(\d+)/logs", LogsHandler),
+    (r"jobs/(\d+)/result", ResultHandler),
+    (r"openapi\.json", OpenApiHandler),
+]

@@ -1,8 +1,8 @@
 """`RemoteManager`: the extension's API answered by a standalone scheduler (`schedulearn serve`).
 
 Configured with `SchedulearnApp.remote_url` / `remote_token`; the extension then runs no engine
-of its own and forwards each call (the websocket and log streams included). The remote server
-records the user its token belongs to.
+of its own and forwards each call of the `schedulearn.service.Manager` protocol (the websocket
+and log streams included). The remote server records the user its token belongs to.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
+from schedulearn.service import ApiError
 from tornado import httpclient, websocket
-
-from .manager import ApiError
 
 API_PATH = "schedulearn/api/"
 
@@ -46,7 +45,9 @@ class RemoteSubscription:
 
 
 class RemoteManager:
-    remote = True
+    """A `schedulearn.service.Manager` that forwards to a standalone server."""
+
+    unavailable: str | None = None
 
     def __init__(self, url: str, token: str = "", timeout: float = 30.0):
         url = url if url.endswith("/") else url + "/"
@@ -110,6 +111,12 @@ class RemoteManager:
 
     async def list_jobs(self, state: str | None = None, user: str | None = None, limit: Any = None) -> dict:
         return await self._fetch("GET", "jobs", params={"state": state, "user": user, "limit": limit})
+
+    async def list_jobs_json(self, state: str | None = None, user: str | None = None,
+                             limit: Any = None) -> str:
+        """The remote list as the remote server wrote it (passed on without re-encoding)."""
+        params = {"state": state, "user": user, "limit": limit}
+        return (await self._fetch("GET", "jobs", params=params, raw=True)).decode()
 
     async def get_job(self, job_id: Any) -> dict[str, Any]:
         return await self._fetch("GET", f"jobs/{job_id}")

@@ -147,10 +147,10 @@ class Host:
 
 
 def survey(force_cpu: bool) -> Host:
-    from schedulearn.inventory import Inventory
+    from schedulearn.inventory import HostInventory
 
     smi, smi_error = nvidia_smi()
-    inv = Inventory(virtual_gpus=0)
+    inv = HostInventory(virtual_gpus=0)
     try:
         nodes = inv.refresh()
         nvml = [] if inv.virtual else list(nodes[0].gpus)

@@ -186,3 +186,24 @@ def test_plot(tmp_path):
     p = cli("simulate", SMALL, "--policy", "fifo,las", "--cluster", "2x4", "--plot", str(out))
     assert p.returncode == 0, p.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
+    """The server's own check and message (`JobSpec.parse`), with no server to ask: the URL is
+    the discard port, so a spec that got past the check would fail with 'cannot reach'."""
+    nowhere = ("--url", "http://127.0.0.1:9/")
+    p = cli("submit", *nowhere, "--gpus", "two", "--", "true")
+    assert p.returncode == 1
+    assert p.stderr == "schedulearn: gpus: expected an integer >= 1 or 'auto', got 'two'\n"
+    p = cli("submit", *nowhere, "--gpus", "auto", "--min-gpus", "3", "--max-gpus", "2", "--", "true")
+    assert (p.returncode, p.stderr) == (1, "schedulearn: min_gpus: must be <= max_gpus (2), got 3\n")
+    p = cli("submit", *nowhere, "--gpus", "AUTO", "--", "true")  # valid: it gets as far as the server
+    assert p.returncode == 1 and "cannot reach" in p.stderr, p.stderr
+
+
+def test_serve_comes_from_the_jupyter_side_through_the_extension_hook():
+    require(importlib.util.find_spec("schedulearn_jupyter") is not None, "the Jupyter side is not installed")
+    p = cli("serve", "--help")
+    assert p.returncode == 0
+    for word in ("--tokens", "--executor", "local | docker | sim", "--docker-host", "--default-image"):
+        assert word in p.stdout

@@ -79,6 +79,9 @@ class MemoryStore:
     def __init__(self, jobs):
         self.jobs, self.policy = list(jobs), None
 
+    def transaction(self):
+        return contextlib.nullcontext()
+
     def load_jobs(self):
         return self.jobs
 

@@ -9,6 +9,7 @@ from schedulearn.engine import Engine
 from schedulearn.model import Job, JobSpec, parse_cluster
 from schedulearn.policies import create
 from schedulearn.policies.goodput import Goodput
+from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 from schedulearn.speedup import (
@@ -80,7 +81,7 @@ def _top(job, est, capacity):
 def test_first_round_never_over_allocates_respects_bounds_and_leaves_no_useful_gpu_idle(case):
     nodes, specs, _, now = case
     policy = Recording()
-    engine = Engine(nodes, policy)
+    engine = Engine(nodes, policy, SimExecutor())
     jobs = [engine.submit(spec, now=i) for i, spec in enumerate(specs)]
     engine.round(now)
     if not jobs:
@@ -106,7 +107,7 @@ def test_first_round_never_over_allocates_respects_bounds_and_leaves_no_useful_g
 def test_later_rounds_with_running_jobs_keep_the_bounds(case):
     nodes, first, later, now = case
     policy = Recording()
-    engine = Engine(nodes, policy)
+    engine = Engine(nodes, policy, SimExecutor())
     for spec in first:
         engine.submit(spec, now=0.0)
     engine.round(0.0)
@@ -121,7 +122,7 @@ def test_later_rounds_with_running_jobs_keep_the_bounds(case):
 
 
 def _started_under_las(spec: JobSpec, nodes, age: float) -> tuple[Engine, Job]:
-    engine = Engine(nodes, "las")
+    engine = Engine(nodes, "las", SimExecutor())
     job = engine.submit(spec, now=0.0)
     engine.round(0.0)
     assert job.size == int(spec.gpus)

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 from schedulearn.engine import Engine
-from schedulearn.inventory import Inventory, discover, keep_fresh
+from schedulearn.inventory import HostInventory, discover, keep_fresh
 from schedulearn.model import Node
+from schedulearn.sim.executor import SimExecutor
 
 from tests.conftest import require
 
@@ -42,7 +43,7 @@ def _nvml_works() -> bool:
 def test_without_nvml_declared_gpus_are_virtual():
     if _nvml_works():
         pytest.skip("this machine has a working NVML: the fallback does not apply")
-    inv = Inventory(virtual_gpus=3, host="here")
+    inv = HostInventory(virtual_gpus=3, host="here")
     nodes = inv.refresh()
     assert [n.name for n in nodes] == ["here"]
     (node,) = nodes
@@ -57,13 +58,13 @@ def test_without_nvml_declared_gpus_are_virtual():
 
 def test_bad_virtual_gpu_count_is_one_line():
     with pytest.raises(ValueError, match=r"^virtual_gpus: expected an integer >= 0, got -1$"):
-        Inventory(virtual_gpus=-1)
+        HostInventory(virtual_gpus=-1)
 
 
 def test_real_nvml_lists_real_gpus():
     if not _nvml_works():
         pytest.skip("no NVIDIA driver here; run on a GPU machine")
-    (node,) = Inventory(virtual_gpus=2).refresh()
+    (node,) = HostInventory(virtual_gpus=2).refresh()
     assert node.virtual is False and node.gpus
     for g in node.gpus:
         assert not g.virtual and g.uuid.startswith(("GPU-", "MIG-")) and g.memory_total_mb > 0
@@ -125,7 +126,7 @@ class FakeNvml:
 
 def test_nvml_reading_lists_gpus_and_mig_devices_separately():
     nv = FakeNvml()
-    inv = Inventory(virtual_gpus=8, host="gpu-box", nvml=nv)
+    inv = HostInventory(virtual_gpus=8, host="gpu-box", nvml=nv)
     (node,) = inv.refresh()
     assert isinstance(node, Node) and node.virtual is False and not inv.virtual
     plain, mig_a, mig_b = node.gpus
@@ -148,7 +149,7 @@ def test_nvml_failing_after_init_falls_back_to_virtual():
         raise nv.NVMLError("Driver Not Loaded")
 
     nv.nvmlDeviceGetCount = broken
-    inv = Inventory(virtual_gpus=2, host="h", nvml=nv)
+    inv = HostInventory(virtual_gpus=2, host="h", nvml=nv)
     (node,) = inv.refresh()
     assert node.virtual and len(node.gpus) == 2
     assert inv.nvml_error == "NVML unavailable: Driver Not Loaded"
@@ -156,8 +157,8 @@ def test_nvml_failing_after_init_falls_back_to_virtual():
 
 def test_keep_fresh_updates_figures_in_place_and_replaces_a_changed_set():
     nv = FakeNvml()
-    inv = Inventory(host="gpu-box", nvml=nv)
-    eng = Engine(inv.refresh(), "fifo")
+    inv = HostInventory(host="gpu-box", nvml=nv)
+    eng = Engine(inv.refresh(), "fifo", SimExecutor())
     assert eng.total_gpus == 3
 
     async def main():

@@ -95,6 +95,9 @@ class MemoryStore:
         self.jobs = list(jobs)
         self.policy = None
 
+    def transaction(self):
+        return contextlib.nullcontext()
+
     def load_jobs(self):
         return self.jobs
 

@@ -261,10 +261,10 @@ def test_only_admins_switch_the_policy(shared: Serve):
 
 def test_queue_widget_is_read_only_for_non_admins(shared: Serve):
     pytest.importorskip("ipywidgets")
-    from schedulearn_magics.widgets import READ_ONLY_TIP, queue_widget
+    from schedulearn_magics.widgets import READ_ONLY_TIP, QueueWidget
 
-    mine = queue_widget(Client(shared.url, "alice-token"), interval=0.1)
-    admin = queue_widget(Client(shared.url, "carol-token"), interval=0.1)
+    mine = QueueWidget(Client(shared.url, "alice-token"), interval=0.1)
+    admin = QueueWidget(Client(shared.url, "carol-token"), interval=0.1)
     try:
         assert mine.dropdown.disabled and mine.dropdown.tooltip == READ_ONLY_TIP
         assert "schedulearn-policy-readonly" in mine.dropdown._dom_classes

@@ -9,8 +9,7 @@ import pickle
 
 import pytest
 from schedulearn import policies
-
-from schedulearn_jupyter.manager import default_user
+from schedulearn.service import default_user
 
 SLEEP = ["python", "-c", "import time; time.sleep(60)"]
 INT64 = "expected an integer between -2**63 and 2**63-1"
@@ -226,7 +225,7 @@ async def test_result_404_until_written(sl_api, sl_manager):
     code, data = await sl_api("GET", f"jobs/{job['id']}/result")
     assert code == 404 and data["error"].startswith(f"result: job {job['id']} has no result")
     payload = pickle.dumps({"loss": 0.25})
-    job_dir = sl_manager.job_dir(job["id"])
+    job_dir = sl_manager.executor.job_dir(job["id"])
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "result.pkl").write_bytes(payload)  # unsigned: not the job's own
     code, data = await sl_api("GET", f"jobs/{job['id']}/result")

@@ -59,7 +59,7 @@ async def test_policy_switch_is_pushed(jp_ws_fetch, sl_api):
 
 async def test_inventory_change_is_pushed(jp_ws_fetch, sl_api, sl_manager):
     events = await connect(jp_ws_fetch)
-    sl_manager.settings.virtual_gpus = 6
+    sl_manager.executor.inventory.virtual_gpus = 6  # the host now has 6 (virtual) GPUs
     sl_manager.refresh_inventory()
     seen = await read_until(events, lambda e: e["type"] == "inventory", timeout=5)
     assert len(seen[-1]["nodes"][0]["gpus"]) == 6

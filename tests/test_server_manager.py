@@ -1,5 +1,5 @@
-"""The framework-free manager, tested directly (no HTTP): settings, ownership, the event
-fan-out, a crashing round, and the app's traits from the environment."""
+"""The framework-free service (`schedulearn.service`), tested directly (no HTTP): settings,
+ownership, the event fan-out, a crashing round, and the app's traits from the environment."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import threading
 
 import pytest
 from schedulearn.model import SpecError
+from schedulearn.service import ApiError, Conflict, Forbidden, NotFound, SchedulerService, Settings
 from traitlets import TraitError
 
 from schedulearn_jupyter.app import SchedulearnApp
-from schedulearn_jupyter.manager import ApiError, Conflict, Forbidden, NotFound, SchedulerManager, Settings
 
 
-def sim_manager(tmp_path, **kw) -> SchedulerManager:
+def sim_manager(tmp_path, **kw) -> SchedulerService:
     s = Settings(executor="sim", virtual_gpus=2, store_url=f"sqlite:///{tmp_path / 'm.db'}",
                  job_root=str(tmp_path / "jobs"), tick=0.05, inventory_interval=0, **kw)
-    return SchedulerManager(s)
+    return SchedulerService(s)
 
 
 @pytest.mark.parametrize("kw, error", [
@@ -60,7 +60,7 @@ def test_simulated_jobs_end_on_the_wall_clock_and_events_fan_out(tmp_path):
     async def main():
         m = sim_manager(tmp_path)
         m.start()
-        a, b = m.subscribe(), m.subscribe()
+        a, b = await m.subscribe(), await m.subscribe()
         job = await m.submit({"duration": 0.2}, "u")
         events = []
         async with asyncio.timeout(10):
@@ -88,7 +88,7 @@ def test_a_subscriber_that_does_not_read_is_dropped(tmp_path):
     async def main():
         m = sim_manager(tmp_path)
         m.hub.maxsize = 5
-        slow = m.subscribe()
+        slow = await m.subscribe()
         for i in range(10):
             m.hub.publish({"type": "x", "i": i})
         assert slow.closed and slow not in m.hub.subscribers
@@ -167,12 +167,12 @@ def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
 
 
 def test_docker_hosts_as_the_docker_executor_takes_them():
-    from schedulearn_jupyter.manager import docker_hosts
+    from schedulearn.executors.docker import docker_hosts
 
     assert docker_hosts(Settings(node_name="box")) == ["box=unix:///var/run/docker.sock"]
     assert docker_hosts(Settings(node_name="box", virtual_gpus=2)) == ["box=unix:///var/run/docker.sock?gpus=2"]
-    got = docker_hosts(Settings(docker_hosts=["tcp://10.0.0.3:2376", "gpu2=ssh://me@gpu2?gpus=8",
-                                              "gpu3=tcp://h:1?address=10.0.0.9"], virtual_gpus=4))
+    hosts = ["tcp://10.0.0.3:2376", "gpu2=ssh://me@gpu2?gpus=8", "gpu3=tcp://h:1?address=10.0.0.9"]
+    got = docker_hosts(Settings(executor="docker", options={"docker_hosts": hosts}, virtual_gpus=4))
     assert got == ["10.0.0.3=tcp://10.0.0.3:2376?gpus=4", "gpu2=ssh://me@gpu2?gpus=8",
                    "gpu3=tcp://h:1?address=10.0.0.9&gpus=4"]
     from schedulearn.executors.hosts import parse_hosts

@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from schedulearn_jupyter.handlers import make_handlers
+from schedulearn_jupyter.extension import make_handlers
 from schedulearn_jupyter.openapi import openapi_document
 
 

@@ -17,7 +17,7 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics on `ipython` (once; loading again is harmless)."""
     from .magics import SchedulearnMagics, async_cell_transformer
-    from .widgets import widgets_available
+    from .watch import widgets_available
 
     ipython.register_magics(SchedulearnMagics)
     # In a kernel, a waiting cell awaits its job instead of blocking the event loop (so that the

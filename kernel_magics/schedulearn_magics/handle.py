@@ -148,17 +148,19 @@ class JobHandle:
         from IPython import get_ipython
         from IPython.display import display
 
-        from . import widgets
+        from . import watch
 
         shell = get_ipython()
-        if shell is None or not widgets.widgets_available(shell):
+        if shell is None or not watch.widgets_available(shell):
             display({"text/plain": repr(self)}, raw=True)
             return
-        view = widgets.job_widget(self)
+        from .widgets import JobWidget
+
+        view = JobWidget(self)
         display(view)
-        widgets.poll_job(self, view)  # its state now, before the first background poll
+        watch.poll_job(self, view)  # its state now, before the first background poll
         if self.job.get("state") not in FINAL_STATES:
-            widgets.follow_in_background(self, view, poll=self.poll_interval)
+            watch.follow_in_background(self, view, poll=self.poll_interval)
 
     def __repr__(self) -> str:
         job = self.job

@@ -2,7 +2,14 @@
 
 Every check that can fail happens before the one POST that submits the job; a bad option, a
 missing variable or a syntax error is one line in the cell (IPython's `UsageError`), and the
-server never hears of it.
+server never hears of it. The job's fields are checked by the model the server checks them with
+(`JobSpec.parse`), its messages naming the options (`--min-gpus`) instead of the fields.
+
+One submit path (`_submit`), waited on in one of two ways: blocking (a terminal IPython, or a
+kernel that does not await on asyncio) or awaiting (`run_async`, in a kernel: its event loop
+then goes on delivering widget clicks). Either way an interrupted wait ends the cell with one
+`JobInterrupted` saying what became of the job (cancelled, or left running when
+`cancel_on_interrupt` is off).
 """
 
 from __future__ import annotations
@@ -19,40 +26,23 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
+from schedulearn.model import JobSpec, SpecError, gpus_from_text
 from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect
 from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
-from .widgets import (
-    TextJobView,
-    follow,
-    follow_in_background,
-    job_widget,
-    poll_job,
-    queue_text,
-    queue_widget,
-    widgets_available,
-)
+from .watch import JobView, TextJobView, follow, follow_in_background, poll_job, queue_text, widgets_available
 
 LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
 #: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
 SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
                        "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def parse_gpus(text: str) -> int | str:
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UsageError(f"--gpus: expected an integer >= 1 or 'auto', got {text!r}")
-    return n
+#: the option that sets each JobSpec field (the model's messages name fields)
+OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
+           "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell"}
+_GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
 def parse_duration(text: str) -> float:
@@ -64,19 +54,24 @@ def parse_duration(text: str) -> float:
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    """`--env K=V` options -> a dict (the names are the model's to check)."""
     env: dict[str, str] = {}
     for pair in pairs or []:
         key, eq, value = pair.partition("=")
-        if not eq or not _ENV_KEY.match(key):
+        if not eq:
             raise UsageError(f"--env: expected K=V with K a variable name, got {pair!r}")
         env[key] = value
     return env
 
 
-def _positive(option: str, value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise UsageError(f"{option}: expected an integer >= 1, got {value}")
-    return value
+def check_spec(spec: dict[str, Any]) -> None:
+    """`JobSpec.parse`, its one-line message naming the cell magic's options."""
+    try:
+        JobSpec.parse(spec)
+    except SpecError as e:
+        field, sep, rest = str(e).partition(": ")
+        rest = _GPU_FIELDS.sub(lambda m: OPTIONS[m.group(1)], rest)
+        raise UsageError(f"{OPTIONS.get(field, field)}{sep}{rest}") from None
 
 
 @magics_class
@@ -148,18 +143,17 @@ class SchedulearnMagics(Magics):
         if args.help:
             print(self.schedulearn.parser.format_help())
             return None
-        spec = self.build_spec(args, cell)
-        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
-            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
-        job = self._call(self.client.submit, spec)
-        handle = JobHandle(self.client, job)
-        self.last_job = handle
+        handle = self._submit(args, cell)
         if args.no_wait:
-            self._show(handle, background=True)
-            if args.out:
-                self.shell.user_ns[args.out] = handle
-            return handle
-        return self._wait(handle, args.out)
+            return self._no_wait(handle, args.out)
+        view = self._view(handle)
+        try:
+            job = follow(handle, view, poll=self.poll_interval)
+        except KeyboardInterrupt:
+            raise self._interrupted(handle, view) from None
+        except ServerError as e:
+            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        return self._finish(handle, job, view, args.out)
 
     def _parse(self, line: str) -> Any:
         try:  # shell quoting (IPython's own split keeps the quotes around 'a b')
@@ -173,11 +167,6 @@ class SchedulearnMagics(Magics):
         """Options + cell -> a JobSpec dict, checked; raises `UsageError` before anything is sent."""
         if not cell.strip():
             raise UsageError("cell: empty; write the training code below %%schedulearn")
-        gpus = parse_gpus(args.gpus)
-        min_gpus = _positive("--min-gpus", args.min_gpus)
-        max_gpus = _positive("--max-gpus", args.max_gpus)
-        if min_gpus and max_gpus and min_gpus > max_gpus:
-            raise UsageError(f"--min-gpus: must be <= --max-gpus ({max_gpus}), got {min_gpus}")
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"--out: expected a variable name, got {args.out!r}")
         env = parse_env(args.env)
@@ -194,17 +183,18 @@ class SchedulearnMagics(Magics):
         spec: dict[str, Any] = {
             "name": args.name or self._default_name(),
             "script": script,
-            "gpus": gpus,
+            "gpus": gpus_from_text(args.gpus),
             "launcher": launcher,
             "env": env,
             "priority": args.priority,
         }
-        if min_gpus is not None:
-            spec["min_gpus"] = min_gpus
-        if max_gpus is not None:
-            spec["max_gpus"] = max_gpus
+        if args.min_gpus is not None:
+            spec["min_gpus"] = args.min_gpus
+        if args.max_gpus is not None:
+            spec["max_gpus"] = args.max_gpus
         if args.image:
             spec["image"] = args.image
+        check_spec(spec)
         return spec
 
     def _default_name(self) -> str:
@@ -219,43 +209,34 @@ class SchedulearnMagics(Magics):
             count = getattr(self.shell, "execution_count", None)
         return f"{stem}[{count}]" if count is not None else stem
 
-    # -- following a job ---------------------------------------------------------------------
-    def _view(self, handle: JobHandle) -> Any:
+    # -- submitting and following a job ------------------------------------------------------
+    def _submit(self, args: Any, cell: str) -> JobHandle:
+        """The one way a cell becomes a job: checked, submitted, its handle kept as `last_job`."""
+        spec = self.build_spec(args, cell)
+        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
+            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
+        handle = JobHandle(self.client, self._call(self.client.submit, spec))
+        self.last_job = handle
+        return handle
+
+    def _no_wait(self, handle: JobHandle, out: str | None) -> JobHandle:
+        """`--no-wait`: the handle is the cell's value. In a notebook it shows itself as a live
+        job widget (its `_ipython_display_`), not as text frozen at "queued"; as text, a line."""
+        handle.poll_interval = max(1.0, self.poll_interval)
+        if not widgets_available(self.shell):
+            print(views.status_line(handle.job) + f"  (handle: {handle!r})")
+        if out:
+            self.shell.user_ns[out] = handle
+        return handle
+
+    def _view(self, handle: JobHandle) -> JobView:
         if widgets_available(self.shell):
-            view = job_widget(handle)
+            from .widgets import JobWidget
+
+            view = JobWidget(handle)
             display(view)
             return view
         return TextJobView()
-
-    def _show(self, handle: JobHandle, background: bool) -> Any:
-        if background and widgets_available(self.shell):
-            # The cell's value, the handle, shows itself as a live job widget (its
-            # `_ipython_display_`), not as text frozen at "queued".
-            handle.poll_interval = max(1.0, self.poll_interval)
-            return None
-        view = self._view(handle)
-        if background:
-            if isinstance(view, TextJobView):
-                print(views.status_line(handle.job) + f"  (handle: {handle!r})")
-            else:
-                follow_in_background(handle, view, poll=max(1.0, self.poll_interval))
-        return view
-
-    def _wait(self, handle: JobHandle, out: str | None) -> Any:
-        view = self._view(handle)
-        try:
-            job = follow(handle, view, poll=self.poll_interval)
-        except KeyboardInterrupt:
-            if self.cancel_on_interrupt:
-                what = self._cancel_interrupted(handle, view)
-                print(f"job {handle.id}: {what} (kernel interrupted)", file=sys.stderr)
-            else:
-                print(f"job {handle.id}: still {handle.state}; it goes on running "
-                      f"(%schedulearn logs {handle.id}, %schedulearn cancel {handle.id})", file=sys.stderr)
-            raise
-        except ServerError as e:
-            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
-        return self._finish(handle, job, view, out)
 
     # -- waiting without blocking the kernel's event loop ------------------------------------
     async def run_async(self, line: str, cell: str) -> Any:
@@ -265,12 +246,7 @@ class SchedulearnMagics(Magics):
         args = self._parse(line)
         if args.help or args.no_wait:
             return self.schedulearn(line, cell)
-        spec = self.build_spec(args, cell)
-        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
-            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
-        job = self._call(self.client.submit, spec)
-        handle = JobHandle(self.client, job)
-        self.last_job = handle
+        handle = self._submit(args, cell)
         view = self._view(handle)
         delay = 0.1
         try:
@@ -281,28 +257,28 @@ class SchedulearnMagics(Magics):
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, self.poll_interval)
         except (asyncio.CancelledError, KeyboardInterrupt):  # the kernel was interrupted
-            if not self.cancel_on_interrupt:
-                hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
-                raise JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})") from None
-            raise JobInterrupted(handle.id, self._cancel_interrupted(handle, view)) from None
+            raise self._interrupted(handle, view) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
         return self._finish(handle, job, view, args.out)
 
-    @staticmethod
-    def _cancel_interrupted(handle: JobHandle, view: Any) -> str:
-        """Cancel the job of an interrupted cell; a widget goes on following it to its final
-        state (the cell has ended; a text view would print into the next cell)."""
+    def _interrupted(self, handle: JobHandle, view: JobView) -> JobInterrupted:
+        """What ends a cell whose wait was interrupted: the job cancelled (`cancel_on_interrupt`;
+        a widget goes on following it to its final state, a text view would print into the next
+        cell), or left running with the commands that reach it."""
+        if not self.cancel_on_interrupt:
+            hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
+            return JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})")
         try:
             job = handle.cancel()
         except Exception as e:
-            return f"could not cancel it: {e}"
+            return JobInterrupted(handle.id, f"could not cancel it: {e}")
         view.update(job, None, None)
         if job["state"] not in FINAL_STATES and not isinstance(view, TextJobView):
             follow_in_background(handle, view, poll=0.5)
-        return "cancelled by you"
+        return JobInterrupted(handle.id, "cancelled by you")
 
-    def _finish(self, handle: JobHandle, job: dict[str, Any], view: Any, out: str | None) -> Any:
+    def _finish(self, handle: JobHandle, job: dict[str, Any], view: JobView, out: str | None) -> Any:
         if job["state"] != "succeeded":
             tail = ""
             # the log is on screen already unless a widget showed none of it
@@ -362,7 +338,9 @@ class SchedulearnMagics(Magics):
     def _queue(self, rest: list[str]) -> Any:
         self._no_args("queue", rest)
         if widgets_available(self.shell):
-            widget = self._call(queue_widget, self.client, self.queue_interval)
+            from .widgets import QueueWidget
+
+            widget = self._call(QueueWidget, self.client, self.queue_interval)
             display(widget)
             return None
         print(self._call(queue_text, self.client))

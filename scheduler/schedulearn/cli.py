@@ -1,8 +1,10 @@
 """`schedulearn …`: the command line.
 
-Each subcommand is a small function registered on a subparser (`register`); the client
-commands (`submit`, `ls`, `logs`, `cancel`, `policy`, `gpus`, `serve`) come from
-`schedulearn.client_cli`, hooked in through its own `register(subparsers)` when it imports.
+Each subcommand is a small function registered on a subparser (`register`); the client commands
+(`submit`, `ls`, `logs`, `cancel`, `policy`, `gpus`) come from `schedulearn.client_cli`, and other
+packages add theirs through the extension hook `EXTENSIONS` (modules with a `register(subparsers)`
+of their own): `serve`, the standalone server, is the Jupyter side's (`schedulearn_jupyter.serve`).
+A module that cannot be imported (the Jupyter side not installed) leaves its commands out.
 Usage errors are one line on stderr and exit code 2.
 """
 
@@ -15,11 +17,11 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, client_cli
 from .model import SpecError
 
-#: Modules that add subcommands: each has `register(subparsers)`.
-EXTENSIONS = ("schedulearn.client_cli",)
+#: Modules of other packages that add subcommands: each has `register(subparsers)`.
+EXTENSIONS = ("schedulearn_jupyter.serve",)
 
 RESULT_KEYS = ("policy", "jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
                "gpu_utilization")
@@ -233,11 +235,12 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"schedulearn {__version__}")
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     register(subparsers)
+    client_cli.register(subparsers)
     for name in EXTENSIONS:
         try:
             module = importlib.import_module(name)
         except ImportError:
-            continue  # an optional part that is not installed: its commands are absent
+            continue  # an optional part that is not installed (no Jupyter): its commands are absent
         module.register(subparsers)
     return parser
 

@@ -1,4 +1,4 @@
-"""`schedulearn submit|ls|logs|cancel|policy|gpus|serve`: the API from a terminal.
+"""`schedulearn submit|ls|logs|cancel|policy|gpus`: the API from a terminal.
 
 Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
 `SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .client import Client, ClientError, shown_gpus
-from .model import LAUNCHERS
+from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
-COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus", "serve")
+COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus")
 
 
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -74,13 +74,6 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.set_defaults(func=cmd_gpus)
 
-    from . import serve
-
-    p = subparsers.add_parser("serve", help="run the scheduler as a standalone server",
-                              description=serve.__doc__.split("\n\n")[0])
-    serve.add_arguments(p)
-    p.set_defaults(func=serve.run_from_args)
-
 
 # -- commands ---------------------------------------------------------------------------------
 def _client(args: argparse.Namespace) -> Client:
@@ -119,7 +112,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.pop("command", None)
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:
-        spec["gpus"] = args.gpus if args.gpus == "auto" else _int("gpus", args.gpus)
+        spec["gpus"] = gpus_from_text(args.gpus)
     for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir"):
         value = getattr(args, key)
         if value is not None:
@@ -131,14 +124,11 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.setdefault("env", {})[key] = value
     if "command" not in spec and "script" not in spec:
         raise ClientError("command: give a command after -- or --script FILE (or --spec FILE)")
+    try:  # the server's own checks, before anything is sent
+        JobSpec.parse(spec)
+    except SpecError as e:
+        raise ClientError(str(e)) from None
     return spec
-
-
-def _int(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ClientError(f"{name}: expected an integer or 'auto', got {text!r}") from None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .jobfiles import CHECKPOINT_DIR, METRICS_FILE
+
 #: The exit code of a job that saved its checkpoint on SIGTERM (128 + SIGTERM).
 EXIT_CHECKPOINTED = 143
 CHECKPOINT_NAME = "latest.pt"
@@ -95,7 +97,7 @@ class Checkpointer:
         self.model = getattr(model, "module", model)
         self.optimizer = optimizer
         self.every = every
-        self.dir = Path(directory) if directory else job_dir() / "checkpoints"
+        self.dir = Path(directory) if directory else job_dir() / CHECKPOINT_DIR
         self.path = self.dir / CHECKPOINT_NAME
         self.extra = extra if extra is not None else {}  # other state the job wants kept (picklable)
         self.steps = 0
@@ -172,5 +174,5 @@ def report(step_time: float, batch_size: int, **extra: Any) -> None:
         return
     rec = {"t": time.time(), "step_time": float(step_time), "batch_size": int(batch_size),
            "num_gpus": int(os.environ.get("SCHEDULEARN_NUM_GPUS", "1")), "restart": restart_count(), **extra}
-    with open(job_dir() / "metrics.jsonl", "a") as f:
+    with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")

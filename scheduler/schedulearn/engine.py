@@ -59,8 +59,10 @@ class JobFinished(ValueError):
 
 
 class Store(Protocol):
-    """Where the engine's state persists (see `schedulearn.store`)."""
+    """Where the engine's state persists (see `schedulearn.store`). `transaction()` groups
+    writes (all or none); a store without transactions returns `contextlib.nullcontext()`."""
 
+    def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
     def load_jobs(self) -> list[Job]: ...
     def add_job(self, job: Job) -> None: ...
     def update_job(self, job: Job) -> None: ...
@@ -74,13 +76,10 @@ class StoreWriteFailed(RuntimeError):
     it could not record (retried at the next wake-up or tick)."""
 
 
-def _transaction(store: Store):
-    """The store's transaction if it has one (SqlStore does), else nothing."""
-    tx = getattr(store, "transaction", None)
-    return tx() if tx is not None else contextlib.nullcontext()
-
-
 class Clock(Protocol):
+    #: True when the loop should end (a simulation ran out of work); a live clock never is
+    done: bool
+
     def now(self) -> float: ...
     async def wait(self, engine: Engine) -> bool:
         """Wait until the next round is due; False ends the loop."""
@@ -121,10 +120,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_id = 1
         self._unsynced: dict[int, list[tuple[str, dict[str, Any], float]]] = {}  # facts not yet stored
-        if executor is None:
-            from .sim.executor import SimExecutor
-
-            executor = SimExecutor()
+        if executor is None:  # the engine imports no executor: the caller chooses
+            raise TypeError("Engine: an executor is required (e.g. schedulearn.sim.executor.SimExecutor())")
         self.executor = executor
         executor.bind(self)
         stored = store.get_policy() if store is not None else None
@@ -154,7 +151,7 @@ class Engine:
         now = self.clock() if now is None else now
         job = Job(id=self._next_id, spec=spec, submit_time=now, since=now, batch_size=spec.batch_size)
         if self.store is not None:  # first: a failing store leaves no trace in memory either
-            with _transaction(self.store):  # the job and its first event, both or neither
+            with self.store.transaction():  # the job and its first event, both or neither
                 self.store.add_job(job)
                 self.store.add_event(job.id, "submitted", {}, now)
         self._next_id += 1
@@ -188,7 +185,7 @@ class Engine:
         """Switch the policy; it takes effect at the next round. Running jobs are untouched."""
         policy = policies.create(name)
         if self.store is not None:  # first: a failing store leaves the running policy in place
-            with _transaction(self.store):
+            with self.store.transaction():
                 self.store.set_policy(policy.name)
                 self.store.add_event(None, "policy", {"policy": policy.name}, self.clock())
         self.policy = policy
@@ -241,6 +238,29 @@ class Engine:
         freed, job.releasing = job.releasing, {}
         self.pool.give(freed)
         self._changed(job, "released", now, gpus=_alloc_data(freed))
+
+    # -- reports from other threads ------------------------------------------------------------
+    def report_exit(self, job_id: int, exit_code: int | None, reason: str = "") -> None:
+        """`job_exited`, from any thread: applied on the engine's loop while it runs, at once
+        otherwise (no loop yet, or a loop that has closed)."""
+        self.call_soon(self.job_exited, job_id, exit_code, reason)
+
+    def report_released(self, job_id: int) -> None:
+        """`run_released`, from any thread (as `report_exit`)."""
+        self.call_soon(self.run_released, job_id)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the engine's loop (thread-safe): scheduled there while the loop
+        runs, called here and now when there is no loop (tests driving rounds by hand, or after
+        the loop closed)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(fn, *args)
+                return
+            except RuntimeError:  # closed in between
+                pass
+        fn(*args)
 
     # -- the round ---------------------------------------------------------------------------
     def needs_tick(self) -> bool:
@@ -306,7 +326,8 @@ class Engine:
             for job in sorted(self._qjobs, key=_ID):
                 self._start(job, job.spec.requested, now)
             return
-        ctx = RoundContext(now, self)
+        ctx = RoundContext(now, self.nodes, self._qjobs, self.running, self.active, self._gpus,
+                           self.pool.total + self._held)
         if policy.preemptive or policy.elastic:
             self._full_round(policy, ctx, now)
         else:
@@ -487,7 +508,7 @@ class Engine:
         new = copy.copy(job)
         change(new)
         if job.id in self._unsynced:  # older facts of this job go first, in the same transaction
-            with _transaction(self.store):
+            with self.store.transaction():
                 self._store_job(new, self._unsynced[job.id] + [(kind, data, now)])
             del self._unsynced[job.id]
         else:
@@ -497,7 +518,7 @@ class Engine:
 
     def _store_job(self, job: Job, events: list[tuple[str, dict[str, Any], float]]) -> None:
         assert self.store is not None
-        with _transaction(self.store):
+        with self.store.transaction():
             self.store.update_job(job)
             for kind, data, t in events:
                 self.store.add_event(job.id, kind, data, t)
@@ -598,13 +619,25 @@ class Engine:
             elif not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._wake.set)
 
+    async def woken(self, timeout: float) -> bool:
+        """Wait (in `run`'s loop) until `wake` is called or `timeout` seconds pass; True when
+        woken. Clears the wake-up either way."""
+        assert self._wake is not None, "woken() is for the clock of a running loop"
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+            woke = True
+        except TimeoutError:
+            woke = False
+        self._wake.clear()
+        return woke
+
     # -- the loop ------------------------------------------------------------------------------
     async def run(self, clock: Clock) -> None:
         """The one round loop: advance the executor, run a round, wait for the next."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         tick = False
-        while not self.closed and not getattr(clock, "done", False):
+        while not self.closed and not clock.done:
             now = clock.now()
             self.executor.advance(now)
             try:
@@ -626,6 +659,8 @@ class Engine:
 class RealClock:
     """Wall-clock time; waits for a wake-up (submit, exit, ...) or a tick."""
 
+    done = False
+
     def __init__(self, tick: float = 5.0):
         self.tick = tick
 
@@ -634,14 +669,7 @@ class RealClock:
 
     async def wait(self, engine: Engine) -> bool:
         """True when woken by an event, False on a tick."""
-        assert engine._wake is not None
-        try:
-            await asyncio.wait_for(engine._wake.wait(), self.tick)
-            woke = True
-        except TimeoutError:
-            woke = False
-        engine._wake.clear()
-        return woke
+        return await engine.woken(self.tick)
 
 
 _ID = attrgetter("id")

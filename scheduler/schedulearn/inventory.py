@@ -1,12 +1,16 @@
-"""This host's GPUs: NVML through `nvidia-ml-py`, or declared virtual GPUs where NVML is missing.
+"""Where the engine's nodes come from: the `Inventory` interface, and this host's GPUs
+(`HostInventory`: NVML through `nvidia-ml-py`, or declared virtual GPUs where NVML is missing).
 
-`Inventory(virtual_gpus=4).refresh()` returns `[Node]` for this host. With NVML: one `Gpu` per
+An inventory answers `refresh()` with the nodes as they are now; the server reads it at start
+and again every `inventory_interval` seconds (`keep_fresh` does the same beside a bare engine).
+Executors that run jobs elsewhere read their own nodes (`DockerExecutor.nodes`: the Docker hosts).
+
+`HostInventory(virtual_gpus=4).refresh()` returns `[Node]` for this host. With NVML: one `Gpu` per
 physical GPU (NVML index, UUID, name, memory total/used in MiB, utilisation %); a GPU in MIG mode
 is not schedulable whole, so its MIG devices are listed instead, each as its own `Gpu` with
 `mig_parent` = the parent's UUID, its MIG UUID (what `CUDA_VISIBLE_DEVICES` takes) and an index
 numbered after the physical GPUs. Without NVML (`NVMLError_LibraryNotFound`, no driver, no GPU)
 the node has `virtual_gpus` GPUs marked `virtual=True` (and so does the node).
-Docker hosts are described by the Docker executor's configuration, not here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .model import Gpu, Node
 
@@ -37,7 +41,15 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-class Inventory:
+class Inventory(Protocol):
+    """A source of nodes: `refresh()` reads them now (it may block: NVML, a daemon, a command);
+    `close()` releases what reading them holds."""
+
+    def refresh(self) -> list[Node]: ...
+    def close(self) -> None: ...
+
+
+class HostInventory:
     """GPUs of one host. `refresh()` re-reads them (memory, utilisation, MIG changes)."""
 
     def __init__(self, virtual_gpus: int = 0, host: str | None = None, nvml: Any = None):
@@ -178,8 +190,8 @@ async def keep_fresh(inventory: Inventory, engine: Engine, interval: float = 30.
 
 
 def discover(virtual_gpus: int = 0, host: str | None = None) -> list[Node]:
-    """This host's GPUs once (see `Inventory`)."""
-    inv = Inventory(virtual_gpus, host)
+    """This host's GPUs once (see `HostInventory`)."""
+    inv = HostInventory(virtual_gpus, host)
     try:
         return inv.refresh()
     finally:

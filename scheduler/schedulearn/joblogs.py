@@ -17,7 +17,6 @@ from pathlib import Path
 from . import nofollow
 
 MARKER = "=== schedulearn:"
-LOG_NAME = "log.txt"
 _MAX_REASON = 300
 _TAIL_BLOCK = 64 * 1024
 

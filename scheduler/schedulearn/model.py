@@ -182,6 +182,18 @@ class JobSpec(BaseModel):
             raise SpecError(one_line_error(e)) from None
 
 
+def gpus_from_text(text: str) -> int | str:
+    """`--gpus` as typed on a command line (the CLI, the magics): 'auto' (any case), a whole
+    number, or else the text itself, for `JobSpec.parse` to refuse with the field's message."""
+    value = text.strip()
+    if value.lower() == "auto":
+        return "auto"
+    try:
+        return int(value)
+    except ValueError:
+        return text
+
+
 _BOUNDARY = {"boundary": True}
 _SURROGATES = "lone surrogate characters (\\ud800-\\udfff) are not allowed; expected valid Unicode text"
 

@@ -25,9 +25,8 @@ import stat
 from pathlib import Path
 
 from . import nofollow
-from .run import MAC_SUFFIX, RESULT_FILE, result_mac
-
-SECRET_NAME = ".result-secret"
+from .jobfiles import MAC_SUFFIX, RESULT_FILE, SECRET_NAME
+from .run import result_mac
 
 
 class ResultError(Exception):

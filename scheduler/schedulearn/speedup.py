@@ -107,6 +107,10 @@ class FittedEstimate:
         n = sum(shape)
         return self.batch_size / self.model.step_time(n, math.ceil(self.batch_size / n))
 
+    def remaining(self) -> float | None:
+        """The work left, where known (a live job's reports do not say)."""
+        return None
+
 
 class LinearEstimate:
     def __init__(self, max_gpus: int | None):
@@ -115,6 +119,9 @@ class LinearEstimate:
 
     def rate(self, shape: tuple[int, ...]) -> float:
         return float(sum(shape))
+
+    def remaining(self) -> float | None:
+        return None
 
 
 def estimate_for(job: Job, now: float) -> ProfileEstimate | FittedEstimate | LinearEstimate:

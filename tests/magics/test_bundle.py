@@ -191,3 +191,27 @@ def test_cpu_torch_tensors_round_trip(tmp_path: Path) -> None:
     value = pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes())
     assert torch.equal(value["w"], torch.arange(4.0))
     assert isinstance(value["n"], torch.nn.Linear)
+
+
+def test_the_cell_runner_is_a_module_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """What the bundle embeds runs in this process too: the cell in the namespace given, its
+    value handed to `write_result` on rank 0 only, an exception as the cell's traceback and 1."""
+    from schedulearn_magics import cell_runner
+
+    for name in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    written: dict[str, bytes] = {}
+    namespace: dict = {"__name__": "__main__"}
+    cell_runner.run_cell("def double(x):\n    return 2 * x\ndouble(21)", namespace,
+                         write_result=lambda data, path: written.update({path: data}))
+    assert pickle.loads(written.pop(str(tmp_path / "result.pkl"))) == 42 and "double" in namespace
+    monkeypatch.setenv("RANK", "1")
+    cell_runner.run_cell("7", {}, write_result=lambda data, path: written.update({path: data}))
+    assert written == {}  # not rank 0: no result
+    with pytest.raises(SystemExit) as e:
+        cell_runner.run_cell("x = 1\n1 / 0", {}, write_result=lambda data, path: None)
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and 'File "<schedulearn-cell>", line 2' in err and "ZeroDivisionError" in err
+    assert "cell_runner" not in err  # the cell's own frames only

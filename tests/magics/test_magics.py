@@ -15,7 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
-from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle
+from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted
 
 from tests.conftest import require
 from tests.magics.conftest import GPUS
@@ -123,7 +123,7 @@ def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell)
     ("line", "body", "message"),
     [
         ("--bogus", "1", "unrecognized arguments: --bogus"),
-        ("--gpus 0", "1", "--gpus: expected an integer >= 1 or 'auto', got '0'"),
+        ("--gpus 0", "1", "--gpus: expected an integer >= 1 or 'auto', got 0"),
         ("--gpus two", "1", "--gpus: expected an integer >= 1 or 'auto'"),
         (f"--gpus {GPUS + 1}", "1", "gpus: at most 4"),
         ("--launcher mpi", "1", "invalid choice: 'mpi'"),
@@ -226,7 +226,8 @@ def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Clien
     t = _interrupt_when_running(client, "interrupted")
     r = cell(shell, "--name interrupted", "import time\ntime.sleep(120)")
     t.join()
-    assert isinstance(r.error_in_exec, KeyboardInterrupt)
+    assert isinstance(r.error_in_exec, JobInterrupted), r.error_in_exec  # one line, as in a kernel
+    assert str(r.error_in_exec).endswith(": cancelled by you (kernel interrupted)"), r.error_in_exec
     job = [j for j in client.jobs() if j["name"] == "interrupted"][-1]
     deadline = time.monotonic() + 30
     while job["state"] != "cancelled" and time.monotonic() < deadline:
@@ -262,7 +263,8 @@ def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Cl
     t = _interrupt_when_running(client, "kept-running")
     r = cell(shell, "--name kept-running", "import time\ntime.sleep(120)")
     t.join()
-    assert isinstance(r.error_in_exec, KeyboardInterrupt)
+    assert isinstance(r.error_in_exec, JobInterrupted), r.error_in_exec
+    assert "still running; it runs on (%schedulearn logs" in str(r.error_in_exec), r.error_in_exec
     job = [j for j in client.jobs() if j["name"] == "kept-running"][-1]
     time.sleep(1.0)
     assert client.job(job["id"])["state"] == "running"

@@ -11,7 +11,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 from schedulearn_magics.handle import JobCancelled, JobHandle
-from schedulearn_magics.widgets import follow_in_background, job_widget, queue_widget
+from schedulearn_magics.watch import follow_in_background
+from schedulearn_magics.widgets import JobWidget, QueueWidget
 
 from tests.magics.conftest import GPUS
 
@@ -40,7 +41,7 @@ def test_job_widget_follows_queued_running_succeeded(
     ).result
     assert isinstance(handle, JobHandle)
 
-    widget = job_widget(handle)
+    widget = JobWidget(handle)
     states: list[str] = []
     positions: list[int] = []
     widget.observe(lambda c: states.append(c["new"]), names="state")
@@ -68,7 +69,7 @@ def test_job_widget_follows_queued_running_succeeded(
 
 def test_job_widget_cancel_button(shell: InteractiveShell, client: Client) -> None:
     handle = shell.run_cell("%%schedulearn --no-wait --name to-cancel\nimport time\ntime.sleep(120)").result
-    widget = job_widget(handle)
+    widget = JobWidget(handle)
     follow_in_background(handle, widget, poll=0.1)
     wait_for(lambda: widget.state == "running", what="running")
     assert widget.gpus == 1
@@ -80,7 +81,7 @@ def test_job_widget_cancel_button(shell: InteractiveShell, client: Client) -> No
 @pytest.fixture
 def queue(client: Client) -> Any:
     client.set_policy("fifo")
-    w = queue_widget(client, interval=0.1)
+    w = QueueWidget(client, interval=0.1)
     yield w
     w.close()
     client.set_policy("fifo")
@@ -115,7 +116,7 @@ def test_queue_dropdown_follows_a_switch_made_elsewhere(queue: Any, client: Clie
 def test_old_queue_widgets_stop_polling(client: Client) -> None:
     from schedulearn_magics import widgets
 
-    made = [queue_widget(client, interval=0.1) for _ in range(widgets.MAX_LIVE_QUEUES + 1)]
+    made = [QueueWidget(client, interval=0.1) for _ in range(widgets.MAX_LIVE_QUEUES + 1)]
     try:
         wait_for(lambda: not made[0].live, timeout=5, what="the oldest queue widget to stop")
         assert "paused" in made[0].message.value
@@ -157,14 +158,14 @@ def test_an_interrupted_cells_widget_ends_cancelled_by_you_without_a_cancel_butt
 ) -> None:
     """After a kernel interrupt (which cancels the job) the widget follows the job to its end:
     `cancelled by you` within 2 s, and no Cancel button from the moment the cancel is asked."""
-    from schedulearn_magics.magics import SchedulearnMagics
-
+    magics = shell.magics_manager.registry["SchedulearnMagics"]
     body = "import time\ntime.sleep(120)"
     handle = shell.run_cell(f"%%schedulearn --no-wait --name to-interrupt\n{body}").result
     wait_for(lambda: handle.state == "running", what="the job to run")
-    widget = job_widget(handle)
+    widget = JobWidget(handle)
     assert widget.cancel_button.layout.display != "none"
-    assert SchedulearnMagics._cancel_interrupted(handle, widget) == "cancelled by you"
+    interrupted = magics._interrupted(handle, widget)  # what a kernel interrupt does
+    assert str(interrupted) == f"job {handle.id}: cancelled by you (kernel interrupted)"
     assert widget.cancel_button.layout.display == "none"
     assert "cancelling" in widget.header.value or widget.state == "cancelled"
     wait_for(lambda: widget.state == "cancelled", timeout=2, what="the widget to show 'cancelled' within 2 s")

@@ -2,16 +2,29 @@
 
 The engine calls `start`, `stop` and `resize` from its round and never waits on them. An
 executor reports every end of a run it was asked to start — normal exit, crash, or the end of a
-`stop` — exactly once, through `engine.job_exited(...)`. A `resize` is the executor's business
-(a checkpoint-restart at the new size): the job stays running from the engine's point of view
-and its old process's exit must not be reported.
+`stop` — exactly once, through `engine.job_exited(...)` (from its own threads:
+`engine.report_exit(...)`, which is thread-safe). A `resize` is the executor's business (a
+checkpoint-restart at the new size): the job stays running from the engine's point of view and
+its old process's exit must not be reported.
+
+Besides the engine's calls, an executor answers what the API reads of a job's runs: its
+directory (`job_dir`), its log (`logs`, `afollow`), its result (`read_result`), and the nodes
+it can run jobs on (`nodes`, from its `inventory`). The defaults here are those of an executor
+whose runs leave nothing behind (the simulator): no directory, an empty log, no result.
+
+Executors that run programs share one run lifecycle (`lifecycle.RunExecutor`); an executor is
+made available to the server by registering it (`registry.register`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..model import Allocation, Job
+from ..inventory import HostInventory, Inventory
+from ..model import Allocation, Job, Node
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -35,11 +48,16 @@ def launch_failure(e: BaseException) -> str:
 class Executor:
     engine: Engine | None = None
     #: `resize` reports the end of the old run through `engine.run_released` (live executors)
-    confirms_release: bool = False
+    confirms_release: ClassVar[bool] = False
+    #: runs are simulated (a spec's `duration` or `application` model), not programs
+    simulated: ClassVar[bool] = False
+    #: where `nodes` reads the GPUs from (default: this host's, NVML or none)
+    inventory: Inventory | None = None
 
     def bind(self, engine: Engine) -> None:
         self.engine = engine
 
+    # -- the engine's calls ----------------------------------------------------------------------
     def start(self, job: Job, now: float) -> None:
         """Start `job` on `job.alloc`."""
         raise NotImplementedError
@@ -74,3 +92,40 @@ class Executor:
 
     def close(self) -> None:
         """Release resources (not the jobs: they go on running where that is possible)."""
+
+    # -- what the API reads ----------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """The nodes this executor can run jobs on, read now. The default: its `inventory`
+        (this host's GPUs unless it was given another); an executor that runs jobs elsewhere
+        (Docker hosts, Slurm nodes) reads its own."""
+        if self.inventory is None:
+            self.inventory = HostInventory()
+        return self.inventory.refresh()
+
+    def spec_defaults(self) -> dict[str, Any]:
+        """Fields a submitted spec gets when it leaves them empty (the executor's default image...)."""
+        return {}
+
+    def job_dir(self, job_id: int) -> Path | None:
+        """The job's directory (its log, checkpoints, result); None where runs have none."""
+        return None
+
+    def logs(self, job_id: int, tail: int | None = None) -> str:
+        """The job's log (every run), or its last `tail` lines."""
+        return ""
+
+    async def afollow(self, job_id: int, done: Callable[[], bool], interval: float = 0.1,
+                      tail: int | None = None) -> AsyncIterator[str]:
+        """The log (its last `tail` lines, or all of it), then its lines as they come, until
+        `done()` says the job is over and all is read."""
+        while not done():
+            await asyncio.sleep(interval)
+        for line in ():
+            yield line
+
+    def read_result(self, job_id: int) -> bytes:
+        """The job's result, written and signed by its own run (`results.NoResult`,
+        `results.ForgedResult`)."""
+        from ..results import NoResult
+
+        raise NoResult(f"result: job {job_id} has no result")

@@ -12,10 +12,12 @@ path everywhere). GPUs: real ones are passed with `device_requests` by device ID
 container sees them as 0..k-1, and `CUDA_VISIBLE_DEVICES` says so); virtual ones are only named in
 `CUDA_VISIBLE_DEVICES`, exactly as the local executor does.
 
-One thread per container follows its log stream into the job's `log.txt` (lines prefixed with
-`[host] ` when a job spans hosts), then reads the exit status, removes the container (its log is
-kept) and, when it was the job's last worker, reports the job's exit on the engine's loop. A
-worker that fails stops the other workers; the job fails with that worker's reason.
+The run lifecycle (stop with a grace period, resize, restart, exit reports) is
+`lifecycle.RunExecutor`'s; what is Docker's is how a run starts (its containers), how it is
+signalled (`docker kill`) and watched: one thread per container follows its log stream into the
+job's `log.txt` (lines prefixed with `[host] ` when a job spans hosts), then reads the exit
+status, removes the container (its log is kept) and, when it was the job's last worker, ends the
+run. A worker that fails stops the other workers; the job fails with that worker's reason.
 
 Faults: an image that is not on the host fails the start with a one-line `ExecutorError` (images
 are not pulled unless `pull="missing"`: pre-pull them on every host). A host that does not answer
@@ -36,16 +38,20 @@ import threading
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import joblogs, nofollow
+from ..jobfiles import CHECKPOINT_DIR, RUNNER_COPY
 from ..model import Allocation, Job, JobSpec, Launcher, Node
-from .base import ExecutorError, launch_failure
+from .base import ExecutorError
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
-from .jobdir import CHECKPOINT_DIR, JobDirExecutor
 from .launch import RUNNER, build_workers, job_environment
+from .lifecycle import Run, RunExecutor, reattached_line, start_line
+from .registry import ExecutorKind, Option
+
+if TYPE_CHECKING:
+    from ..service import Settings
 
 log = logging.getLogger("schedulearn.executors.docker")
 
@@ -55,8 +61,6 @@ LABEL_RESTART = "schedulearn.restart"
 LABEL_JOBDIR = "schedulearn.jobdir"
 PULL_POLICIES = ("never", "missing")
 _TAIL_LINES = 60
-#: The job runner, copied into the job directory (mounted in the containers).
-RUNNER_COPY = ".schedulearn-run.py"
 
 
 @dataclass(eq=False)
@@ -72,30 +76,16 @@ class _Worker:
     lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_TAIL_LINES))
 
 
-@dataclass(eq=False)
-class _Run:
-    job_id: int
-    restarts: int
+@dataclass(eq=False, kw_only=True)
+class _Run(Run):
     workers: list[_Worker]
-    logf: Any
-    superseded: bool = False  # replaced by a resize: its exit is not the job's
-    stopping: str | None = None  # 'cancel' | 'preempt' | 'resize' | 'shutdown'
+    logf: Any  # the job's log, open (unbuffered) while the run goes
     failed: _Worker | None = None  # the first worker that failed on its own
-    killed: bool = False  # SIGKILLed by docker stop after the grace
-    gone: threading.Event = field(default_factory=threading.Event)
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     multi: bool = False  # the job spans hosts: log lines get a `[host] ` prefix
 
 
-@dataclass(eq=False)
-class _Relaunch:
-    spec: JobSpec
-    alloc: Allocation
-    restarts: int
-    cancel: str | None = None
-
-
-class DockerExecutor(JobDirExecutor):
+class DockerExecutor(RunExecutor):
     """Jobs as containers on `hosts` (`name=url,...` or `DockerHost`s; see `hosts.py`).
 
     `image` is the default for jobs whose spec names none; `python` the interpreter inside the
@@ -103,7 +93,7 @@ class DockerExecutor(JobDirExecutor):
     `user` an optional `uid[:gid]` to run as (the job directory is chowned to it when the
     scheduler runs as root)."""
 
-    confirms_release = True  # a resize reports its old containers' end (`engine.run_released`)
+    run_noun = "container"
 
     def __init__(
         self,
@@ -145,13 +135,11 @@ class DockerExecutor(JobDirExecutor):
         self.use_uuids = use_uuids
         self.health_interval = health_interval
         self.api_timeout = api_timeout
-        self._lock = threading.RLock()
-        self._runs: dict[int, _Run] = {}
-        self._relaunch: dict[int, _Relaunch] = {}
+        self.kill_wait = api_timeout  # after SIGKILL, the daemon's answer is what we wait for
         self._clients: dict[tuple[str, bool], Any] = {}
         self._down: dict[str, str] = {}  # host name -> why it is considered down
-        self._closed = threading.Event()
         self._health: threading.Thread | None = None
+        self._init_runs()
 
     # -- inventory -------------------------------------------------------------------------------
     def nodes(self, probe_image: str | None = None) -> list[Node]:
@@ -172,58 +160,25 @@ class DockerExecutor(JobDirExecutor):
             self._health = threading.Thread(target=self._health_loop, name="docker-health", daemon=True)
             self._health.start()
 
-    # -- paths -------------------------------------------------------------------------------------
-    # -- Executor ----------------------------------------------------------------------------------
-    def start(self, job: Job, now: float) -> None:
-        d = self.prepare(job, now)  # owned by the job's account under run_as
+    # -- the Executor interface --------------------------------------------------------------------
+    def spec_defaults(self) -> dict[str, Any]:
+        return {"image": self.image} if self.image else {}
+
+    def prepare(self, job: Job, now: float) -> Path:
+        d = super().prepare(job, now)  # owned by the job's account under run_as
         if self.run_as is None:
             self._chown(d)
-        with self._lock:
-            self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
+        return d
 
-    def stop(self, job: Job, why: str, now: float) -> None:
-        with self._lock:
-            pending = self._relaunch.get(job.id)
-            if pending is not None:
-                pending.cancel = why
-                return
-            run = self._runs.get(job.id)
-            if run is None:
-                self._report(job.id, -1, f"{why}: no container was running")
-                return
-            run.stopping = why
-        threading.Thread(target=self._terminate, args=(run,), name=f"stop-{job.id}", daemon=True).start()
-
-    def resize(self, job: Job, old: Allocation, now: float) -> None:
-        with self._lock:
-            pending = self._relaunch.get(job.id)
-            if pending is not None:
-                pending.alloc, pending.restarts = dict(job.alloc), job.restarts
-                return
-            run = self._runs.get(job.id)
-            if run is None:
-                return  # it has just ended; that exit is reported
-            run.superseded = True
-            run.stopping = "resize"
-            self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
-        threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}", daemon=True).start()
-
-    def recover(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            try:
-                run = self._reattach(job)
-            except ExecutorError as e:
-                self._report(job.id, -1, f"lost on restart: {e}")
-                continue
-            if run is None:
-                self._report(job.id, -1, "lost on restart")
-            elif run.restarts < job.restarts and job.stopping is None:
-                # a resize was recorded and its old containers still run: finish the resize
-                with self._lock:
-                    run.superseded, run.stopping = True, "resize"
-                    self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
-                threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}",
-                                 daemon=True).start()
+    def _reattach(self, job: Job) -> _Run | None:
+        try:
+            run = self._find_run(job)
+        except ExecutorError as e:
+            self._report(job.id, -1, f"lost on restart: {e}")
+            return None
+        if run is None:
+            self._report(job.id, -1, "lost on restart")
+        return run
 
     def adopt(self, job: Job) -> bool:
         mine = [(n, c) for n, c in self._find(job) if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
@@ -233,11 +188,15 @@ class DockerExecutor(JobDirExecutor):
             for name, c in mine:
                 self._remove(_Worker(name, -1, c["Id"]))
             return False
-        return self._reattach(job) is not None
+        run = self._find_run(job)
+        if run is None:
+            return False
+        self._adopted(run)
+        return True
 
     def close(self) -> None:
         """Stop reporting and following; the containers go on running (`recover` finds them)."""
-        self._closed.set()
+        super().close()
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()
@@ -248,28 +207,11 @@ class DockerExecutor(JobDirExecutor):
                 pass
 
     # -- beyond the Executor interface -------------------------------------------------------------
-    def running(self) -> list[int]:
-        with self._lock:
-            return sorted(set(self._runs) | set(self._relaunch))
-
     def containers(self, job_id: int) -> list[tuple[str, str]]:
         """(host, container id) of the job's current workers."""
         with self._lock:
             run = self._runs.get(job_id)
             return [(w.host, w.cid) for w in run.workers] if run else []
-
-    def terminate_all(self, grace: float | None = None) -> None:
-        """Stop every container and wait for them to be gone, reporting nothing (tests, shutdown)."""
-        with self._lock:
-            runs = list(self._runs.values())
-            for run in runs:
-                run.superseded = True
-                run.stopping = run.stopping or "shutdown"
-        threads = [threading.Thread(target=self._terminate, args=(r, grace), daemon=True) for r in runs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
 
     # -- clients and host health -------------------------------------------------------------------
     def _client(self, name: str, stream: bool = False) -> Any:
@@ -299,7 +241,8 @@ class DockerExecutor(JobDirExecutor):
             else:
                 self._down[name] = why
         log.warning("docker host %s is %s%s", name, "back" if healthy else "down", f": {why}" if why else "")
-        self._on_loop(self._apply_health)
+        if self.engine is not None and not self._closed.is_set():
+            self.engine.call_soon(self._apply_health)  # on the engine's loop
 
     def _apply_health(self) -> None:
         engine = self.engine
@@ -340,35 +283,6 @@ class DockerExecutor(JobDirExecutor):
             except Exception:  # noqa: BLE001 - never let the health thread die
                 log.exception("docker host health check failed")
 
-    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
-        engine = self.engine
-        if engine is None or self._closed.is_set():
-            return
-        loop = engine._loop
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(fn, *args)
-                return
-            except RuntimeError:
-                pass
-        fn(*args)
-
-    def _report(self, job_id: int, code: int, reason: str) -> None:
-        engine = self.engine
-        if engine is not None:
-            self._on_loop(engine.job_exited, job_id, code, reason)
-
-    def _done_fn(self, job_id: int) -> Callable[[], bool]:
-        engine = self.engine
-
-        def done() -> bool:
-            if engine is not None and job_id in engine.jobs:
-                return engine.jobs[job_id].state.final
-            with self._lock:
-                return job_id not in self._runs and job_id not in self._relaunch
-
-        return done
-
     # -- launching ---------------------------------------------------------------------------------
     def _launch(self, job_id: int, spec: JobSpec, alloc: Allocation, restarts: int) -> _Run:
         unknown = [n for n in alloc if n not in self.hosts]
@@ -392,15 +306,10 @@ class DockerExecutor(JobDirExecutor):
             for plan in plans:
                 plan[2].update({**account.env(), "HOME": str(d)})
         cwd = spec.workdir or str(d)
-        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        where = " ".join(f"{n}{list(alloc[n])}" for n in alloc)
-        try:
-            logf = open(self.log_path(job_id), "ab", buffering=0, opener=nofollow.opener)  # noqa: SIM115
-        except OSError as e:
-            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
-        logf.write(f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} in {image} on {where} "
-                   f"CUDA_VISIBLE_DEVICES={plans[0][2]['CUDA_VISIBLE_DEVICES']}: "
-                   f"{' '.join(plans[0][1])} ===\n".encode())
+        where = "in " + image + " on " + " ".join(f"{n}{list(alloc[n])}" for n in alloc)
+        logf = self._open_log(job_id, buffering=0)
+        logf.write(start_line(job_id, restarts, plans[0][2]["CUDA_VISIBLE_DEVICES"], " ".join(plans[0][1]),
+                              where).encode())
         started: list[_Worker] = []
         try:
             for rank, (host, argv, env, devices, sidecar) in enumerate(plans):
@@ -416,9 +325,8 @@ class DockerExecutor(JobDirExecutor):
             logf.write(f"{joblogs.MARKER} start failed: {e} ===\n".encode())
             logf.close()
             raise
-        run = _Run(job_id, restarts, started, logf, multi=len(alloc) > 1)
-        for w in started:
-            self._follow_thread(run, w)
+        run = _Run(job_id=job_id, restarts=restarts, workers=started, logf=logf, multi=len(alloc) > 1)
+        self._watch(run)
         return run
 
     def _plans(self, spec: JobSpec, workers: list, alloc: Allocation) -> list[tuple]:
@@ -522,9 +430,11 @@ class DockerExecutor(JobDirExecutor):
             os.chown(p, u, g)
 
     # -- following, exits --------------------------------------------------------------------------
-    def _follow_thread(self, run: _Run, w: _Worker) -> None:
-        threading.Thread(target=self._follow, args=(run, w), name=f"docker-{run.job_id}-{w.rank}",
-                         daemon=True).start()
+    def _watch(self, run: Run) -> None:
+        assert isinstance(run, _Run)
+        for w in run.workers:
+            threading.Thread(target=self._follow, args=(run, w), name=f"docker-{run.job_id}-{w.rank}",
+                             daemon=True).start()
 
     def _follow(self, run: _Run, w: _Worker) -> None:
         """Copy the container's output into the job log until it exits, then record its exit."""
@@ -607,30 +517,26 @@ class DockerExecutor(JobDirExecutor):
         mains = [x for x in run.workers if not x.sidecar]
         if run.stopping in ("cancel", "preempt"):
             code = next((x.code for x in mains if x.code), 0)
-            text = "cancelled" if run.stopping == "cancel" else "preempted"
-            reason = f"{text} (SIGKILL after the grace period)" if run.killed else text
         elif run.stopping is not None:
-            code, reason = mains[0].code or 0, f"stopped for {run.stopping}"
+            code = mains[0].code or 0
         elif run.failed is not None:
-            code, reason = run.failed.code or -1, self._failure(run, run.failed)
+            code = run.failed.code or -1
         else:
-            code, reason = 0, ""
+            code = 0
+        self._run_over(run, code, self._end_reason(run, code))
         with run.log_lock:
             try:
-                run.logf.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code {code}"
-                               f"{': ' + reason if reason else ''} ===\n".encode())
                 run.logf.close()
             except (OSError, ValueError):
                 pass
-        with self._lock:
-            current = self._runs.get(run.job_id) is run
-            if current:
-                del self._runs[run.job_id]
-        run.gone.set()
-        if current and not run.superseded:
-            self._report(run.job_id, code, reason)
 
-    def _failure(self, run: _Run, w: _Worker) -> str:
+    def _append_log(self, run: Run, text: str) -> None:
+        assert isinstance(run, _Run)
+        self._write(run, text.encode())
+
+    def _failure(self, run: Run, code: int | None) -> str:
+        assert isinstance(run, _Run) and run.failed is not None
+        w = run.failed
         code = w.code if w.code is not None else -1
         who = f"worker {w.rank} on {w.host}: " if run.multi else ""
         if w.lost:
@@ -648,43 +554,30 @@ class DockerExecutor(JobDirExecutor):
         except Exception as e:  # noqa: BLE001 - gone already, or the host is down
             log.debug("could not remove container %s on %s: %s", w.cid[:12], w.host, e)
 
-    # -- stopping ----------------------------------------------------------------------------------
+    # -- signalling ----------------------------------------------------------------------------------
+    def _signal(self, run: Run, sig: int) -> None:
+        """`docker kill --signal` every worker still running, in parallel."""
+        assert isinstance(run, _Run)
+        name = signal.Signals(sig).name
+
+        def kill(w: _Worker) -> None:
+            try:
+                self._client(w.host).api.kill(w.cid, signal=name)
+            except Exception as e:  # noqa: BLE001 - exited meanwhile, or host down (the follower says)
+                log.debug("kill %s %s on %s: %s", name, w.cid[:12], w.host, e)
+
+        _each(kill, [w for w in run.workers if w.code is None])
+
     def _stop_containers(self, run: _Run, grace: float) -> None:
-        """`docker stop` (SIGTERM, `grace` seconds, SIGKILL) every worker still running, in parallel."""
+        """`docker stop` (SIGTERM, `grace` seconds, SIGKILL) every worker still running, in parallel
+        (the other workers of a run one of whose workers failed)."""
         def stop(w: _Worker) -> None:
             try:
                 self._client(w.host).api.stop(w.cid, timeout=max(0, int(round(grace))))
             except Exception as e:  # noqa: BLE001 - exited meanwhile, or host down (the follower says)
                 log.debug("stop %s on %s: %s", w.cid[:12], w.host, e)
 
-        left = [w for w in run.workers if w.code is None]
-        threads = [threading.Thread(target=stop, args=(w,), daemon=True) for w in left]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _terminate(self, run: _Run, grace: float | None = None) -> None:
-        grace = self.cancel_grace if grace is None else grace
-        self._stop_containers(run, grace)
-        if not run.gone.wait(grace + self.api_timeout):
-            log.error("job %s: containers still there after docker stop", run.job_id)
-
-    def _restart(self, run: _Run) -> None:
-        self._terminate(run)
-        job_id = run.job_id
-        with self._lock:
-            nxt = self._relaunch.pop(job_id)
-            if nxt.cancel is not None:
-                code = next((x.code for x in run.workers if x.code), 0) or -15
-                self._report(job_id, code, "cancelled" if nxt.cancel == "cancel" else "preempted")
-                return
-            if self.engine is not None:
-                self._on_loop(self.engine.run_released, job_id)
-            try:
-                self._runs[job_id] = self._launch(job_id, nxt.spec, nxt.alloc, nxt.restarts)
-            except Exception as e:  # noqa: BLE001 - whatever it is, the job fails with it
-                self._report(job_id, 127, launch_failure(e))
+        _each(stop, [w for w in run.workers if w.code is None])
 
     # -- re-attaching after a restart ----------------------------------------------------------------
     def _find(self, job: Job) -> list[tuple[str, dict]]:
@@ -701,7 +594,8 @@ class DockerExecutor(JobDirExecutor):
                 raise self._host_down(name, e) from None
         return found
 
-    def _reattach(self, job: Job) -> _Run | None:
+    def _find_run(self, job: Job) -> _Run | None:
+        """The job's containers of its latest run (not followed yet), or None when there are none."""
         found = self._find(job)
         if not found:
             return None
@@ -719,14 +613,17 @@ class DockerExecutor(JobDirExecutor):
         for w in workers:
             w.skip = _lines_written(text, f"[{w.host}] " if multi else "")
         logf = open(self.log_path(job.id), "ab", buffering=0, opener=nofollow.opener)
-        logf.write(f"{joblogs.MARKER} re-attached to run #{latest} "
-                   f"({', '.join(f'{w.host}:{w.cid[:12]}' for w in workers)}) ===\n".encode())
-        run = _Run(job.id, latest, workers, logf, multi=multi)
-        with self._lock:
-            self._runs[job.id] = run
-        for w in workers:
-            self._follow_thread(run, w)
-        return run
+        logf.write(reattached_line(latest, ", ".join(f"{w.host}:{w.cid[:12]}" for w in workers)).encode())
+        return _Run(job_id=job.id, restarts=latest, workers=workers, logf=logf, multi=multi)
+
+
+def _each(fn: Callable[[_Worker], None], workers: list[_Worker]) -> None:
+    """`fn(w)` for every worker at once (a daemon call each, a host that is down costs its timeout)."""
+    threads = [threading.Thread(target=fn, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _pin_rendezvous_host(argv: list[str], rank: int) -> list[str]:
@@ -750,4 +647,44 @@ def _lines_written(text: str, prefix: str) -> int:
     return sum(1 for ln in lines if not ln.startswith(joblogs.MARKER) and ln.startswith(prefix))
 
 
-__all__ = ["DockerExecutor"]
+# -- the registration ------------------------------------------------------------------------------
+DOCKER_HOSTS = Option(
+    "docker_hosts", [], "Docker daemons to run jobs on: URLs (unix://, tcp://host:port, ssh://user@host) "
+    "or name=URL[?gpus=N] (default: this machine's daemon)", flag="--docker-host")
+DEFAULT_IMAGE = Option("default_image", "", "Docker image for jobs that name none")
+
+
+def docker_hosts(settings: Settings) -> list[str]:
+    """The `docker_hosts` setting as the Docker executor takes them (`name=url[?gpus=N]`): a bare
+    URL is named after its host, `virtual_gpus` becomes `?gpus=N` where a host declares none,
+    and no hosts at all means this machine's daemon."""
+    hosts = list(settings.options.get(DOCKER_HOSTS.name) or [])
+    hosts = hosts or [f"{_safe_name(settings.node_name)}=unix:///var/run/docker.sock"]
+    out = []
+    for h in hosts:
+        if "=" not in h.split("?", 1)[0]:
+            h = f"{_safe_name(_host_name(h).split(':')[0]) or 'docker'}={h}"
+        if settings.virtual_gpus > 0 and "gpus=" not in h.split("?", 1)[-1]:
+            h += ("&" if "?" in h else "?") + f"gpus={settings.virtual_gpus}"
+        out.append(h)
+    return out
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-._")[:63]
+
+
+def _host_name(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0] or url
+
+
+def _make(settings: Settings) -> DockerExecutor:
+    return DockerExecutor(docker_hosts(settings), settings.job_root,
+                          image=settings.options.get(DEFAULT_IMAGE.name) or None,
+                          cancel_grace=settings.cancel_grace, run_as=settings.run_as())
+
+
+KIND = ExecutorKind("docker", "containers on one or more Docker hosts", DockerExecutor, _make,
+                    (DOCKER_HOSTS, DEFAULT_IMAGE))
+
+__all__ = ["KIND", "DockerExecutor", "docker_hosts"]

@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import joblogs, nofollow
+from ..jobfiles import CHECKPOINT_DIR, LOG_NAME, METRICS_FILE, SCRIPT_NAME
 from ..model import Job, JobSpec, SpecError
 from .base import Executor, ExecutorError
-from .launch import SCRIPT_NAME
-
-CHECKPOINT_DIR = "checkpoints"
 
 
 class JobDirExecutor(Executor):
@@ -41,7 +39,7 @@ class JobDirExecutor(Executor):
         return self.job_root / str(job_id)
 
     def log_path(self, job_id: int) -> Path:
-        return self.job_dir(job_id) / joblogs.LOG_NAME
+        return self.job_dir(job_id) / LOG_NAME
 
     def prepare(self, job: Job, now: float) -> Path:
         """The job's directory, ready for a (re)start: bundle written, checkpoints folder made."""
@@ -84,8 +82,21 @@ class JobDirExecutor(Executor):
 
         return read_result(server_secret(self.job_root), job_id, self.job_dir(job_id))
 
-    def _done_fn(self, job_id: int) -> Callable[[], bool]:
+    # -- logs ------------------------------------------------------------------------------------
+    def is_running(self, job_id: int) -> bool:
+        """Whether a run of the job is under way here (started, not yet reported over)."""
         raise NotImplementedError
+
+    def _done_fn(self, job_id: int) -> Callable[[], bool]:
+        """The job is over: the engine says it is final, or (unbound) no run of it is left here."""
+        engine = self.engine
+
+        def done() -> bool:
+            if engine is not None and job_id in engine.jobs:
+                return engine.jobs[job_id].state.final
+            return not self.is_running(job_id)
+
+        return done
 
     def logs(self, job_id: int, tail: int | None = None) -> str:
         """The job's log (every run), or its last `tail` lines."""
@@ -99,10 +110,19 @@ class JobDirExecutor(Executor):
         says the job is final, or, unbound, no run of it is left here)."""
         return joblogs.follow(self.log_path(job_id), done or self._done_fn(job_id), interval, timeout=timeout)
 
-    def afollow(
-        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1
+    async def afollow(
+        self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1,
+        tail: int | None = None,
     ) -> AsyncIterator[str]:
-        return joblogs.afollow(self.log_path(job_id), done or self._done_fn(job_id), interval)
+        """`follow` for asyncio servers; with `tail`, the last `tail` lines first, then what
+        comes after them."""
+        path, done = self.log_path(job_id), done or self._done_fn(job_id)
+        if tail is not None:
+            head = joblogs.tail(path, tail)
+            if head:
+                yield head
+        async for line in joblogs.afollow(path, done, interval, from_start=tail is None):
+            yield line
 
     def advance(self, now: float) -> None:
         """Before every round: pick up the step times running jobs reported with
@@ -112,4 +132,4 @@ class JobDirExecutor(Executor):
         from ..speedup import refresh
 
         for job in list(self.engine.running.values()):
-            refresh(job, self.job_dir(job.id) / "metrics.jsonl")
+            refresh(job, self.job_dir(job.id) / METRICS_FILE)

@@ -37,16 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..jobfiles import SCRIPT_NAME
 from ..model import Allocation, JobSpec, Launcher, Node
 from ..run import RESULT_KEY_ENV
 from .base import ExecutorError
 
-SCRIPT_NAME = "main.py"
 #: The job runner (`python -m schedulearn.run`): standard library only, run by its path.
 RUNNER = str(Path(__file__).resolve().parents[1] / "run.py")
 DEFAULT_RDZV_PORT = 29400
-#: The file the wrapper writes the command's exit status to (read back after a restart).
-EXIT_CODE_FILE = "exit_code"
 
 
 @dataclass(frozen=True)

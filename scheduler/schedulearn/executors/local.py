@@ -6,12 +6,12 @@ and stderr of every run, appended, a marker line per (re)start and exit), `check
 to) and `exit_code` (written by a `/bin/sh` wrapper, so that a re-attached run's real exit
 status is known even though it is not our child).
 
-One thread per running job waits for its process (`waitid` for our children, a pidfd for runs
-re-attached after a restart): nothing polls while jobs run. Exits go to the engine on its event
-loop (`call_soon_threadsafe`). Stop = SIGTERM to the group, `cancel_grace` seconds, SIGKILL.
-Resize = the same stop, then a relaunch at the new size in the same directory with
-`SCHEDULEARN_RESTART_COUNT` = `job.restarts`; the stopped run's exit is not the job's exit, it is
-reported as `engine.run_released` (the GPUs a shrink gave up are free from then on).
+The run lifecycle (stop = SIGTERM, `cancel_grace` seconds, SIGKILL; resize = the same stop, then
+a relaunch at the new size in the same directory with `SCHEDULEARN_RESTART_COUNT` =
+`job.restarts`, the old run's end reported as `engine.report_released`) is `lifecycle.RunExecutor`;
+what is local is how a run starts (a process group behind the gate below), how it is signalled
+(`killpg`) and watched: one thread per running job waits for its process (`waitid` for our
+children, a pidfd for runs re-attached after a restart), so nothing polls while jobs run.
 
 Crash consistency: a run's process starts behind a gate — a `/bin/sh` that waits for one line on
 its stdin (a pipe from this executor) before it execs the job. The line is written only after
@@ -32,22 +32,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import joblogs, nofollow
+from ..inventory import Inventory
+from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec
-from .base import ExecutorError, launch_failure
-from .jobdir import JobDirExecutor
-from .launch import (
-    EXIT_CODE_FILE,
-    build_workers,
-    check_command,
-    job_environment,
-    user_command,
-    wrap_exit_code,
-)
+from .base import ExecutorError
+from .launch import build_workers, check_command, job_environment, user_command, wrap_exit_code
+from .lifecycle import Run, RunExecutor, reattached_line, start_line
+from .registry import ExecutorKind
+
+if TYPE_CHECKING:
+    from ..service import Settings
 
 #: the gate's exit status when its pipe closed before the go-ahead (the run never started)
 GATE_CLOSED = 75
@@ -55,39 +54,18 @@ _GATE = ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; exec "$@" </dev/nu
 
 log = logging.getLogger("schedulearn.executors.local")
 
-PID_FILE = "pid"
 #: The reason's start for a run found gone, with no exit status, after a server restart.
 LOST = "lost on restart"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding `schedulearn`
 
 
-@dataclass(eq=False)
-class _Run:
-    job_id: int
-    pid: int
-    restarts: int
-    popen: subprocess.Popen | None  # None for a run re-attached after a restart
-    gone: threading.Event = field(default_factory=threading.Event)
-    superseded: bool = False  # replaced by a resize: its exit is not the job's
-    stopping: str | None = None  # 'cancel' | 'preempt' | 'resize'
-    deadline: float | None = None  # monotonic time at which a stop escalates to SIGKILL
-    killed: bool = False
-    code: int | None = None
+@dataclass(eq=False, kw_only=True)
+class _Run(Run):
+    pid: int  # the process group's leader (and the group's id)
+    popen: subprocess.Popen | None = None  # None for a run re-attached after a restart
 
 
-@dataclass(eq=False)
-class _Relaunch:
-    """A resize in progress: the old run is stopping, this is what starts next."""
-
-    spec: JobSpec
-    alloc: Allocation
-    restarts: int
-    cancel: str | None = None  # stopped (cancel/preempt) before the relaunch happened
-
-
-class LocalExecutor(JobDirExecutor):
-    confirms_release = True
-
+class LocalExecutor(RunExecutor):
     def __init__(
         self,
         job_root: Path | str,
@@ -96,6 +74,7 @@ class LocalExecutor(JobDirExecutor):
         use_uuids: bool = False,
         env: dict[str, str] | None = None,
         run_as: Callable[[str], object] | None = None,
+        inventory: Inventory | None = None,
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
@@ -105,122 +84,42 @@ class LocalExecutor(JobDirExecutor):
         self.python = python
         self.use_uuids = use_uuids
         self.env = dict(env or {})  # for every job, on top of the allow-list (launch.job_environment)
-        self._lock = threading.RLock()
-        self._runs: dict[int, _Run] = {}
-        self._relaunch: dict[int, _Relaunch] = {}
-        self._closed = False
-        self._boot_id = _boot_id()
         self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
+        self.inventory = inventory  # this host's GPUs (default: NVML, or none)
+        self._boot_id = _boot_id()
+        self._init_runs()
 
-    # -- paths ---------------------------------------------------------------------------------
-    # -- Executor --------------------------------------------------------------------------------
-    def start(self, job: Job, now: float) -> None:
-        self.prepare(job, now)
-        with self._lock:
-            self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
-
-    def stop(self, job: Job, why: str, now: float) -> None:
-        with self._lock:
-            pending = self._relaunch.get(job.id)
-            if pending is not None:  # mid-resize: the resize thread reports instead of relaunching
-                pending.cancel = why
-                return
-            run = self._runs.get(job.id)
-            if run is None:
-                self._report(job.id, -1, f"{why}: no process was running")
-                return
-            run.stopping = why
-        threading.Thread(target=self._terminate, args=(run,), name=f"stop-{job.id}", daemon=True).start()
-
-    def resize(self, job: Job, old: Allocation, now: float) -> None:
-        with self._lock:
-            pending = self._relaunch.get(job.id)
-            if pending is not None:  # a relaunch is on its way: it takes the newest allocation
-                pending.alloc, pending.restarts = dict(job.alloc), job.restarts
-                return
-            run = self._runs.get(job.id)
-            if run is None:
-                return  # it has just ended; that exit is reported
-            run.superseded = True
-            run.stopping = "resize"
-            self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
-        threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}", daemon=True).start()
-
-    def recover(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            info = self._pid_info(job.id)
-            if (info is not None and int(info.get("restarts", 0)) < job.restarts and job.stopping is None
-                    and not self._alive(info)):  # a resize was recorded and its old run is gone
-                self._call(self.engine.run_released if self.engine is not None else None, job.id)
-                with self._lock:
-                    try:
-                        self._runs[job.id] = self._launch(job.id, job.spec, dict(job.alloc), job.restarts)
-                    except Exception as e:  # noqa: BLE001
-                        self._report(job.id, 127, launch_failure(e))
-                continue
-            run = self._reattach(job)
-            if run is None:
-                continue
-            resizing = run.restarts < job.restarts and job.stopping is None
-            with self._lock:
-                self._runs[job.id] = run
-                if resizing:  # a resize was recorded, its old run still goes: finish the resize
-                    run.superseded, run.stopping = True, "resize"
-                    self._relaunch[job.id] = _Relaunch(job.spec, dict(job.alloc), job.restarts)
-            threading.Thread(target=self._watch, args=(run,), name=f"watch-{job.id}", daemon=True).start()
-            if resizing:
-                threading.Thread(target=self._restart, args=(run,), name=f"resize-{job.id}",
-                                 daemon=True).start()
+    # -- after a restart ---------------------------------------------------------------------------
+    def _reattach(self, job: Job) -> _Run | None:
+        info = self._pid_info(job.id)
+        if (info is not None and int(info.get("restarts", 0)) < job.restarts and job.stopping is None
+                and not self._alive(info)):  # a resize was recorded and its old run is gone
+            self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)
+            return None
+        return self._find_run(job)
 
     def adopt(self, job: Job) -> bool:
         info = self._pid_info(job.id)
         if info is None or int(info.get("restarts", -1)) != job.restarts:
             return False  # the gate never opened for this run: nothing of it ran
         if self._alive(info):
-            run = self._reattach(job)
+            run = self._find_run(job)
             if run is None:
                 return False
-            with self._lock:
-                self._runs[job.id] = run
-            threading.Thread(target=self._watch, args=(run,), name=f"watch-{job.id}", daemon=True).start()
+            self._adopted(run)
             return True
         code = _read_exit_code(self.job_dir(job.id) / EXIT_CODE_FILE)
         if code is None or info.get("boot_id") != self._boot_id:
             return False  # its pid file was written but the gate closed (or the host rebooted)
-        self._reattach(job)  # ended while the server was down: reports that exit
+        self._find_run(job)  # ended while the server was down: reports that exit
         return True
 
-    def close(self) -> None:
-        """Stop reporting; the jobs go on running (a new executor can `recover` them)."""
-        self._closed = True
-
     # -- beyond the Executor interface -------------------------------------------------------------
-    def running(self) -> list[int]:
-        with self._lock:
-            return sorted(set(self._runs) | set(self._relaunch))
-
-    def is_running(self, job_id: int) -> bool:
-        with self._lock:
-            return job_id in self._runs or job_id in self._relaunch
-
     def pid(self, job_id: int) -> int | None:
         """The process (group) id of the job's current run."""
         with self._lock:
             run = self._runs.get(job_id)
-            return run.pid if run is not None else None
-
-    def terminate_all(self, grace: float | None = None) -> None:
-        """Stop every run and wait for them to be gone, reporting nothing (tests, shutdown)."""
-        with self._lock:
-            runs = list(self._runs.values())
-            for run in runs:
-                run.superseded = True
-                run.stopping = run.stopping or "shutdown"
-        threads = [threading.Thread(target=self._terminate, args=(r, grace), daemon=True) for r in runs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            return run.pid if isinstance(run, _Run) else None
 
     # -- launching ---------------------------------------------------------------------------------
     def _env(self, spec: JobSpec, extra: dict[str, str]) -> dict[str, str]:
@@ -248,15 +147,9 @@ class LocalExecutor(JobDirExecutor):
         check_command(user_command(spec, self.python, d), env["PATH"], cwd)
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
-        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        try:
-            logf = open(d / joblogs.LOG_NAME, "ab", opener=nofollow.opener)  # noqa: SIM115
-        except OSError as e:
-            raise ExecutorError(f"job {job_id}: cannot open its log: {e.strerror}: {e.filename}") from None
-        with logf:
-            logf.write(
-                f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp} "
-                f"CUDA_VISIBLE_DEVICES={worker.env['CUDA_VISIBLE_DEVICES']}: {worker.shell()} ===\n".encode())
+        with self._open_log(job_id) as logf:
+            cuda = worker.env["CUDA_VISIBLE_DEVICES"]
+            logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
             logf.flush()
             try:
                 popen = subprocess.Popen(
@@ -266,7 +159,7 @@ class LocalExecutor(JobDirExecutor):
             except OSError as e:
                 raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
         assert popen.stdin is not None
-        run = _Run(job_id, popen.pid, restarts, popen)
+        run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen)
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
                 "restarts": restarts, "argv": worker.argv}
         try:  # the pid file first: a run that may ever run user code can be found after a crash
@@ -283,26 +176,15 @@ class LocalExecutor(JobDirExecutor):
             popen.stdin.close()
         except OSError:  # the gate is gone already (killed): its watcher reports the exit
             pass
-        threading.Thread(target=self._watch, args=(run,), name=f"watch-{job_id}", daemon=True).start()
+        self._watch(run)
         return run
 
-    def _restart(self, run: _Run) -> None:
-        self._terminate(run)
-        job_id = run.job_id
-        with self._lock:
-            nxt = self._relaunch.pop(job_id)
-            if nxt.cancel is not None:
-                code = run.code if run.code is not None else -15
-                self._report(job_id, code, _stopped_reason(nxt.cancel, run))
-                return
-            self._call(self.engine.run_released if self.engine is not None else None, job_id)
-            try:
-                self._runs[job_id] = self._launch(job_id, nxt.spec, nxt.alloc, nxt.restarts)
-            except Exception as e:  # noqa: BLE001 - whatever it is, the job fails with it
-                self._report(job_id, 127, launch_failure(e))
+    # -- watching and signalling -------------------------------------------------------------------
+    def _watch(self, run: Run) -> None:
+        assert isinstance(run, _Run)
+        threading.Thread(target=self._wait_run, args=(run,), name=f"watch-{run.job_id}", daemon=True).start()
 
-    # -- watching and stopping ---------------------------------------------------------------------
-    def _watch(self, run: _Run) -> None:
+    def _wait_run(self, run: _Run) -> None:
         """Wait (blocking, in this thread) for the run's leader to exit, clear its group, report."""
         code: int | None = None
         if run.popen is not None:
@@ -318,7 +200,7 @@ class LocalExecutor(JobDirExecutor):
             # Not our child: its status is what the wrapper recorded, or unknown when the wrapper
             # itself was killed (never -1, which would read as "killed by SIGHUP").
             code = _read_exit_code(self.job_dir(run.job_id) / EXIT_CODE_FILE)
-        self._ended(run, code)
+        self._run_over(run, code, self._end_reason(run, code))
 
     def _drain_group(self, run: _Run) -> None:
         """After the leader's exit: what is left of its process group goes too (SIGTERM, then
@@ -339,52 +221,25 @@ class LocalExecutor(JobDirExecutor):
                 return
             time.sleep(0.02)
 
-    def _terminate(self, run: _Run, grace: float | None = None) -> None:
-        """SIGTERM the group, wait up to the grace for the run to be gone, then SIGKILL."""
-        grace = self.cancel_grace if grace is None else grace
-        run.deadline = time.monotonic() + grace
-        _killpg(run.pid, signal.SIGTERM)
-        if not run.gone.wait(grace):
-            run.killed = True
-            _killpg(run.pid, signal.SIGKILL)
-            if not run.gone.wait(10):
-                log.error("job %s: process group %s survived SIGKILL", run.job_id, run.pid)
+    def _signal(self, run: Run, sig: int) -> None:
+        assert isinstance(run, _Run)
+        _killpg(run.pid, sig)
 
-    def _ended(self, run: _Run, code: int | None) -> None:
-        """The run is over; `code` is its exit status (negative: the signal that killed it), None
-        when it cannot be known (a re-attached run whose wrapper was killed)."""
-        run.code = code
-        with self._lock:
-            current = self._runs.get(run.job_id) is run
-            if current:
-                del self._runs[run.job_id]
-        if run.stopping in ("cancel", "preempt"):
-            reason = _stopped_reason(run.stopping, run)
-        elif run.stopping is not None:
-            reason = f"stopped for {run.stopping}"
-        elif code == 0:
-            reason = ""
-        elif code is None:
-            reason = self._unknown_exit(run)
-        else:
-            reason = self._failure(run, code)
-        if not self._closed:  # else the next server's executor owns the log
-            try:
-                with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
-                    f.write(f"{joblogs.MARKER} exit of run #{run.restarts}: code "
-                            f"{'unknown' if code is None else code}"
-                            f"{': ' + reason if reason else ''} ===\n".encode())
-            except OSError:
-                pass
-        run.gone.set()
-        if current and not run.superseded:
-            self._report(run.job_id, code, reason)
+    def _append_log(self, run: Run, text: str) -> None:
+        with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
+            f.write(text.encode())
 
-    def _failure(self, run: _Run, code: int) -> str:
+    def _failure(self, run: Run, code: int | None) -> str:
         """Why a run with exit status `code` failed: the signal that ended it, the log's last
         exception line, or the code. `code` < 0 is the signal that killed our child (its
-        wrapper) and 128 + N the wrapper's report of a command ended by signal N."""
+        wrapper) and 128 + N the wrapper's report of a command ended by signal N; None: the
+        wrapper itself was killed (a re-attached run's status is unknown)."""
+        assert isinstance(run, _Run)
         last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
+        if code is None:
+            text = (f"ended without recording its exit status (its wrapper, pid {run.pid}, was killed, "
+                    "e.g. by SIGKILL, not by the scheduler); exit status unknown")
+            return f"{text}; last log line: {last}" if last else text
         sig = -code if code < 0 else (code - 128 if code > 128 else 0)
         if 0 < sig < signal.NSIG and (code < 0 or sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV,
                                                          signal.SIGABRT, signal.SIGBUS, signal.SIGINT)):
@@ -392,39 +247,6 @@ class LocalExecutor(JobDirExecutor):
             text = f"{who} {signal.Signals(sig).name}, not by the scheduler"
             return f"{text}; last log line: {last}" if last else text
         return last or f"exit code {code}"
-
-    def _unknown_exit(self, run: _Run) -> str:
-        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
-        text = (f"ended without recording its exit status (its wrapper, pid {run.pid}, was killed, "
-                "e.g. by SIGKILL, not by the scheduler); exit status unknown")
-        return f"{text}; last log line: {last}" if last else text
-
-    def _report(self, job_id: int, code: int | None, reason: str) -> None:
-        self._call(self.engine.job_exited if self.engine is not None else None, job_id, code, reason)
-
-    def _call(self, fn: Callable[..., None] | None, *args: object) -> None:
-        """Call the engine back (`fn`) on its event loop, from whatever thread."""
-        engine = self.engine
-        if fn is None or engine is None or self._closed:
-            return
-        loop = engine._loop
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(fn, *args)
-                return
-            except RuntimeError:  # closed in between
-                pass
-        fn(*args)
-
-    def _done_fn(self, job_id: int) -> Callable[[], bool]:
-        engine = self.engine
-
-        def done() -> bool:
-            if engine is not None and job_id in engine.jobs:
-                return engine.jobs[job_id].state.final
-            return not self.is_running(job_id)
-
-        return done
 
     # -- re-attaching after a restart --------------------------------------------------------------
     def _pid_info(self, job_id: int) -> dict | None:
@@ -441,7 +263,9 @@ class LocalExecutor(JobDirExecutor):
         return (info.get("boot_id") == self._boot_id and started is not None
                 and _start_time(pid) == started and not _is_zombie(pid))
 
-    def _reattach(self, job: Job) -> _Run | None:
+    def _find_run(self, job: Job) -> _Run | None:
+        """The job's run from its pid file if it still runs (not watched yet); else its end
+        (or its loss) is reported and None returned."""
         d = self.job_dir(job.id)
         info = self._pid_info(job.id)
         if info is None:
@@ -450,10 +274,9 @@ class LocalExecutor(JobDirExecutor):
             return None
         pid = int(info["pid"])
         if self._alive(info):
-            with open(self.log_path(job.id), "ab", opener=nofollow.opener) as f:
-                f.write(f"{joblogs.MARKER} re-attached to run #{info.get('restarts', 0)} "
-                        f"(pid {pid}) ===\n".encode())
-            return _Run(job.id, pid, int(info.get("restarts", 0)), None)
+            run = _Run(job_id=job.id, restarts=int(info.get("restarts", 0)), pid=pid)
+            self._append_log(run, reattached_line(run.restarts, f"pid {pid}"))
+            return run
         code = _read_exit_code(d / EXIT_CODE_FILE) if info.get("boot_id") == self._boot_id else None
         if code is None:
             self._report(job.id, None, f"{LOST}: ended while the server was down; exit status unknown")
@@ -462,11 +285,6 @@ class LocalExecutor(JobDirExecutor):
                 joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
             self._report(job.id, code, why)
         return None
-
-
-def _stopped_reason(why: str, run: _Run) -> str:
-    text = "cancelled" if why == "cancel" else "preempted" if why == "preempt" else why
-    return f"{text} (SIGKILL after the grace period)" if run.killed else text
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -538,4 +356,10 @@ def _read_exit_code(path: Path) -> int | None:
         return None
 
 
-__all__ = ["LocalExecutor"]
+def _make(settings: Settings) -> LocalExecutor:
+    return LocalExecutor(settings.job_root, settings.cancel_grace, run_as=settings.run_as())
+
+
+KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make)
+
+__all__ = ["KIND", "LocalExecutor"]

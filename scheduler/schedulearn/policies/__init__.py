@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import logging
 from functools import cache
-from importlib.metadata import entry_points
 
+from .. import plugins
 from ..model import SpecError
 from .base import Policy, RoundContext, Want
 from .elastic_fifo import ElasticFifo
@@ -17,7 +16,6 @@ from .round_robin import RoundRobin
 
 BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService, Goodput)
 ENTRY_POINT_GROUP = "schedulearn.policies"
-log = logging.getLogger("schedulearn.policies")
 
 __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_classes"]
 
@@ -25,19 +23,15 @@ __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_clas
 @cache
 def _plugins() -> tuple[type[Policy], ...]:
     found = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            cls = ep.load()
-        except Exception as e:  # one broken plugin must not take the scheduler down
-            log.warning("policy plugin %r (%s) not loaded: %s: %s", ep.name, ep.value, type(e).__name__, e)
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, Policy)):
-            log.warning("policy plugin %r (%s) is not a Policy subclass: skipped", ep.name, ep.value)
-            continue
+    for name, cls in plugins.load(ENTRY_POINT_GROUP, "policy", _is_policy, "a Policy subclass"):
         if not cls.name:
-            cls.name = ep.name
+            cls.name = name
         found.append(cls)
     return tuple(found)
+
+
+def _is_policy(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, Policy)
 
 
 def policy_classes() -> dict[str, type[Policy]]:

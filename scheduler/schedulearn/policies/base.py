@@ -13,62 +13,50 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..model import Allocation, Job, Node
 from ..placement import FreePool
 
-if TYPE_CHECKING:
-    from ..engine import Engine
-
 
 class RoundContext:
     """What a policy sees in a round. The views are built on first use, so a round on 10,000
-    jobs does not pay for what its policy does not read; treat them as read-only."""
+    jobs does not pay for what its policy does not read; treat them as read-only.
 
-    __slots__ = ("now", "_engine", "_capacity", "_running", "_jobs")
+    The engine hands over its own indexes (not copies): `queued` (sorted by priority, then
+    arrival), the running jobs and the active (queued and running) jobs by id, the GPUs each
+    running job holds, and the round's `capacity`."""
 
-    def __init__(self, now: float, engine: Engine):
+    __slots__ = ("now", "nodes", "queued", "gpus", "capacity", "_by_id", "_active", "_running", "_jobs")
+
+    def __init__(self, now: float, nodes: list[Node], queued: list[Job], running: Mapping[int, Job],
+                 active: Mapping[int, Job], gpus: Mapping[int, int], capacity: int):
         self.now = now
-        self._engine = engine
-        self._capacity: int | None = None
+        self.nodes = nodes
+        #: Queued jobs, higher priority first, then in arrival order.
+        self.queued = queued
+        #: GPUs held by each running job, by job id (`job.size` without recounting its alloc).
+        self.gpus = gpus
+        #: GPUs this round may hand out (healthy GPUs not held by stopping jobs).
+        self.capacity = capacity
+        self._by_id = running
+        self._active = active
         self._running: list[Job] | None = None
         self._jobs: list[Job] | None = None
-
-    @property
-    def nodes(self) -> list[Node]:
-        return self._engine.nodes
-
-    @property
-    def queued(self) -> list[Job]:
-        """Queued jobs, higher priority first, then in arrival order."""
-        return self._engine._qjobs
 
     @property
     def running(self) -> list[Job]:
         """Running jobs (none being stopped), in arrival order."""
         if self._running is None:
-            self._running = sorted(self._engine.running.values(), key=_ID)
+            self._running = sorted(self._by_id.values(), key=_ID)
         return self._running
 
     @property
     def jobs(self) -> list[Job]:
         """Queued and running jobs (none being stopped), in arrival order."""
         if self._jobs is None:
-            self._jobs = [j for j in self._engine.active.values() if j.stopping is None]
+            self._jobs = [j for j in self._active.values() if j.stopping is None]
         return self._jobs
-
-    @property
-    def gpus(self) -> Mapping[int, int]:
-        """GPUs held by each running job, by job id (`job.size` without recounting its alloc)."""
-        return self._engine._gpus
-
-    @property
-    def capacity(self) -> int:
-        """GPUs this round may hand out (healthy GPUs not held by stopping jobs)."""
-        if self._capacity is None:
-            self._capacity = self._engine.pool.total + self._engine._held
-        return self._capacity
 
 
 Want = tuple[Job, int]

@@ -128,9 +128,8 @@ class Goodput(Policy):
         cached = self._curves.get(job.id)
         if cached is None or cached[0] != key or est.key is None:
             cached = self._curves[job.id] = (key, speedup_curve(est, top, per_node))
-        if self.use_remaining and hasattr(est, "remaining"):
-            remaining = est.remaining()
-        else:  # no estimate of the work left: what a job has had predicts what it needs
+        remaining = est.remaining() if self.use_remaining else None
+        if remaining is None:  # no estimate of the work left: what a job has had predicts what it needs
             remaining = job.attained(now) + 3600.0
         w = max(remaining, 1.0) ** -self.alpha
         if job.state is not JobState.running:

@@ -14,11 +14,16 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..executors.base import Executor
+from ..executors.registry import ExecutorKind
+from ..inventory import Inventory
 from ..model import Allocation, Job
 from ..placement import placement_shape
+
+if TYPE_CHECKING:
+    from ..service import Settings
 
 
 class JobModel(Protocol):
@@ -70,9 +75,14 @@ class _Run:
 
 
 class SimExecutor(Executor):
-    def __init__(self, restart_penalty: float = 0.0, model=default_model):
+    """Simulated runs. Live (the server's `sim` executor) its `inventory` gives the nodes."""
+
+    simulated = True
+
+    def __init__(self, restart_penalty: float = 0.0, model=default_model, inventory: Inventory | None = None):
         self.restart_penalty = restart_penalty
         self.model = model
+        self.inventory = inventory
         self.runs: dict[int, _Run] = {}
         self.heap: list[tuple[float, int, int]] = []
         self._versions = itertools.count(1)  # unique across runs: a stale heap entry never matches
@@ -154,3 +164,23 @@ class SimExecutor(Executor):
 
     def state(self) -> dict[str, Any]:
         return {"running": len(self.runs)}
+
+
+# -- the server's `sim` executor ---------------------------------------------------------------------
+def live_model(job: Job) -> JobModel:
+    """A live simulated run: the spec's `duration` seconds (its application model's run time),
+    1 s when it gives neither (a command): demos and load tests without processes."""
+    if job.spec.duration is not None or job.spec.application is not None:
+        try:
+            return default_model(job)
+        except (KeyError, ValueError):
+            pass
+    return RigidModel(1.0, job.spec.requested)
+
+
+def _make(settings: Settings) -> SimExecutor:
+    return SimExecutor(model=live_model)
+
+
+KIND = ExecutorKind("sim", "simulated runs that end after their spec's duration (demos and load tests)",
+                    SimExecutor, _make)

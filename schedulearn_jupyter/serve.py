@@ -11,6 +11,11 @@ Each user's Jupyter then points its extension at this server:
 With `--tokens` (the shared set-up) the tokens file must be private (mode 0600), each user's jobs
 run as the OS account `--user-map` names for them (the server runs as root; see `accounts.py`),
 and only the users named by `--admins` may switch the policy.
+
+It wraps the same `schedulearn.service.SchedulerService` as the extension, behind the same
+handlers (`handlers.py`) bound to token authentication; the `schedulearn` command gets `serve`
+from here through its extension hook (`schedulearn.cli.EXTENSIONS`). An executor's own settings
+become flags (`--docker-host`, `--default-image`, ...) from its registration.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .model import SpecError
+from schedulearn.executors import registry
+from schedulearn.model import SpecError
+from schedulearn.service import SchedulerService, Settings, default_user
 
 log = logging.getLogger("schedulearn.serve")
 
@@ -55,26 +62,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="store URL (postgresql+psycopg://... for a shared set-up; default: a SQLite file "
                         "in the user's data dir)")
     p.add_argument("--executor", default=env("SCHEDULEARN_EXECUTOR", "local"),
-                   help="local | docker | sim")
-    p.add_argument("--docker-host", action="append", dest="docker_hosts",
-                   default=[h for h in env("SCHEDULEARN_DOCKER_HOSTS", "").split(",") if h],
-                   help="a Docker daemon URL (repeat)")
+                   help=" | ".join(registry.names()) + f" ({registry.describe()})")
     p.add_argument("--virtual-gpus", type=int, default=int(env("SCHEDULEARN_VIRTUAL_GPUS", 0)),
                    help="virtual GPUs per host when NVML finds none")
     p.add_argument("--policy", default=env("SCHEDULEARN_DEFAULT_POLICY", "fifo"),
                    help="policy at first start")
-    p.add_argument("--default-image", default=env("SCHEDULEARN_DEFAULT_IMAGE", ""))
     p.add_argument("--cancel-grace", type=float, default=float(env("SCHEDULEARN_CANCEL_GRACE", 10.0)))
     p.add_argument("--job-root", default=env("SCHEDULEARN_JOB_ROOT"),
                    help="jobs' folders (default: <data dir>/schedulearn/jobs)")
     p.add_argument("--tick", type=float, default=float(env("SCHEDULEARN_TICK", 5.0)))
     p.add_argument("--base-url", default="/", help="URL prefix of the API (default /)")
+    for opt in registry.options():  # the executors' own settings
+        kinds = ", ".join(k.name for k in registry.kinds().values() if opt in k.options)
+        text = f"{opt.help} ({kinds} executor; default: ${opt.env})"
+        if isinstance(opt.default, list):
+            p.add_argument(opt.cli_flag, dest=opt.name, action="append", default=opt.from_env(),
+                           help=text + "; repeat the flag for several")
+        else:
+            convert = opt.parse if isinstance(opt.default, bool) else type(opt.default)
+            p.add_argument(opt.cli_flag, dest=opt.name, type=convert, default=opt.from_env(), help=text)
+
+
+def register(subparsers: Any) -> None:
+    """`schedulearn serve` (the CLI's extension hook)."""
+    p = subparsers.add_parser("serve", help="run the scheduler as a standalone server",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=run_from_args)
 
 
 def load_tokens(args: argparse.Namespace) -> dict[str, str]:
     """token -> user name."""
-    from schedulearn_jupyter.manager import default_user
-
     tokens: dict[str, str] = {}
     if args.tokens is not None:
         check_private(args.tokens)
@@ -104,7 +122,7 @@ def check_private(path: Path) -> None:
 def shared_policy(args: argparse.Namespace) -> tuple[Any, list[str] | None]:
     """(user map, admins) for these flags: the shared set-up (`--tokens`) must say which OS
     account runs each user's jobs, and only named admins may switch the policy there."""
-    from .accounts import SERVER, UserMap
+    from schedulearn.accounts import SERVER, UserMap
 
     user_map = UserMap.parse(args.user_map)
     shared = args.tokens is not None
@@ -116,37 +134,35 @@ def shared_policy(args: argparse.Namespace) -> tuple[Any, list[str] | None]:
     return user_map, (admins if admins or shared else None)
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
-    from schedulearn_jupyter.manager import Settings
-
+def settings_from_args(args: argparse.Namespace) -> Settings:
     data_dir = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "schedulearn"
     if args.store:
         store = args.store
     else:
-        from .store import default_url
+        from schedulearn.store import default_url
 
         store = default_url()
     user_map, admins = shared_policy(args)
+    kind = registry.kinds().get(args.executor)  # (an unknown one: `Settings.validate` says so)
     return Settings(
         store_url=store,
         executor=args.executor,
-        docker_hosts=list(args.docker_hosts or []),
         virtual_gpus=args.virtual_gpus,
         default_policy=args.policy,
-        default_image=args.default_image,
         cancel_grace=args.cancel_grace,
         job_root=args.job_root or str(data_dir / "jobs"),
         tick=args.tick,
         user_map=user_map,
         admins=admins,
+        options={o.name: getattr(args, o.name) for o in kind.options} if kind else {},
     )
 
 
 def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
-    """The tornado application: the extension's routes behind token authentication."""
+    """The tornado application: the extension's handlers behind token authentication."""
     from tornado import web, websocket
 
-    from schedulearn_jupyter import routes
+    from . import handlers
 
     class TokenAuth:
         def get_current_user(self) -> str | None:
@@ -165,16 +181,16 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
             raise web.HTTPError(403, "token: missing or wrong; send 'Authorization: token <TOKEN>'")
 
         def _request_summary(self) -> str:  # the access log: no `?token=` in clear
-            return f"{self.request.method} {routes.redact_uri(self.request.uri)} ({self.request.remote_ip})"
+            return f"{self.request.method} {handlers.redact_uri(self.request.uri)} ({self.request.remote_ip})"
 
-    class ServeApi(TokenAuth, routes.ApiMixin, web.RequestHandler):
+    class ServeApi(TokenAuth, handlers.ApiMixin, web.RequestHandler):
         def initialize(self) -> None:
             self.manager = manager
 
         def user_name(self) -> str:
             return self.current_user
 
-    class ServeEvents(TokenAuth, routes.EventsMixin, websocket.WebSocketHandler):
+    class ServeEvents(TokenAuth, handlers.EventsMixin, websocket.WebSocketHandler):
         def initialize(self) -> None:
             self.manager = manager
 
@@ -189,17 +205,17 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
     def bind(mixin: type) -> type:
         return type(mixin.__name__, (mixin, ServeApi), {})
 
-    prefix = base_url.rstrip("/") + "/" + routes.API_PREFIX
-    handlers: list[tuple[str, type]] = [(f"{prefix}/{path}", bind(m)) for path, m in routes.ROUTES]
-    handlers.append((f"{prefix}/events", ServeEvents))
-    handlers.append((r"/.*", bind(routes.NotFoundHandler)))
-    return web.Application(handlers, websocket_ping_interval=30)
+    prefix = base_url.rstrip("/") + "/" + handlers.API_PREFIX
+    bound: list[tuple[str, type]] = [(f"{prefix}/{path}", bind(m)) for path, m in handlers.ROUTES]
+    bound.append((f"{prefix}/events", ServeEvents))
+    bound.append((r"/.*", bind(handlers.NotFoundHandler)))
+    return web.Application(bound, websocket_ping_interval=30)
 
 
 def private_store(store: Any) -> None:
     """A SQLite store file (and its WAL, which SQLite creates with the file's mode) readable by
     the server only: jobs, of whatever account, must not read the queue's specs and env."""
-    url = getattr(store, "url", "") or ""
+    url = store.url if store is not None else ""
     if not url.startswith("sqlite"):
         return
     from sqlalchemy import make_url
@@ -214,13 +230,11 @@ def private_store(store: Any) -> None:
             pass
 
 
-async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
+async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
                 ready: Any = None, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM)."""
-    from schedulearn_jupyter.manager import SchedulerManager
-
     Path(settings.job_root).mkdir(parents=True, exist_ok=True)
-    manager = SchedulerManager(settings)
+    manager = SchedulerService(settings)
     private_store(manager.store)
     manager.start()
     app = make_app(manager, tokens, base_url)
@@ -238,7 +252,7 @@ async def serve(settings: Any, tokens: dict[str, str], host: str, port: int, bas
             pass
     log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, store %s",
              manager.engine.total_gpus, host, port, base_url, settings.executor,
-             getattr(manager.store, "url", "memory"))
+             manager.store.url if manager.store is not None else "memory")
     if settings.switches_users:
         unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})
         log.info("schedulearn: jobs run as their users' OS accounts (%s)%s", settings.user_map,
@@ -262,8 +276,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         generated = None
         if not tokens:
             generated = secrets.token_hex(24)
-            from schedulearn_jupyter.manager import default_user
-
             tokens[generated] = args.user or default_user()
         settings = settings_from_args(args)
         settings.validate()
@@ -279,7 +291,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             print(f"schedulearn: token {generated}  (export SCHEDULEARN_TOKEN={generated})", file=sys.stderr,
                   flush=True)
 
-    from .store import StoreError
+    from schedulearn.store import StoreError
 
     try:
         asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url, ready=ready))

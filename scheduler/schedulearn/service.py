@@ -1,11 +1,15 @@
-"""The scheduler's life inside a server, with no HTTP in sight (dask-labextension style).
+"""The scheduler as a service, with no HTTP in sight (dask-labextension style).
 
-`SchedulerManager` owns the engine, its store, its executor and the GPU inventory; it runs the
-engine's round loop as a task on the server's event loop, fans the engine's events out to
-subscribers (the `events` websocket), and answers the API's questions with plain dicts.
+`SchedulerService` owns the engine, its store, its executor (made from `Settings` through the
+executor registry, `executors.registry`) and the executor's nodes; it runs the engine's round
+loop as a task on the event loop, fans the engine's events out to subscribers (`events`), and
+answers the API's questions with plain dicts. Both servers wrap one: the Jupyter extension
+(`schedulearn_jupyter.app`) and the standalone `schedulearn serve` (`schedulearn_jupyter.serve`),
+whose handlers (`schedulearn_jupyter.handlers`) see only the `Manager` protocol below; the
+extension's `RemoteManager` implements it by forwarding to a standalone server.
+
 Errors are `ApiError`s carrying the HTTP status the handlers answer with and a one-line message
-naming the field. `RemoteManager` (remote.py) answers the same calls from a standalone server.
-Every API call is a coroutine so that the handlers can await either kind.
+naming the field. Every API call is a coroutine, so that a handler awaits any manager alike.
 """
 
 from __future__ import annotations
@@ -14,29 +18,32 @@ import asyncio
 import contextlib
 import functools
 import getpass
-import inspect
 import json
 import logging
 import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from schedulearn import policies
-from schedulearn.accounts import NoAccount, UserMap, check_can_switch
-from schedulearn.engine import Engine, JobFinished, JobNotFound, RealClock
-from schedulearn.model import SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
+from . import policies
+from .accounts import NoAccount, UserMap, check_can_switch
+from .engine import Engine, JobFinished, JobNotFound, RealClock, StoreWriteFailed
+from .events import EventHub, EventStream, Subscription
+from .executors import registry
+from .executors.base import Executor
+from .inventory import HostInventory
+from .model import SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
+
+if TYPE_CHECKING:
+    from .store import SqlStore
 
 log = logging.getLogger("schedulearn.server")
 
-EXECUTORS = ("local", "docker", "sim")
 STATES = tuple(s.value for s in JobState)
-RESULT_NAME = "result.pkl"
-LOG_NAME = "log.txt"
 
 
+# -- errors the API answers with ------------------------------------------------------------------
 class ApiError(Exception):
     """An answer other than success: `status` is the HTTP status, the message one line."""
 
@@ -46,16 +53,6 @@ class ApiError(Exception):
         super().__init__(message)
         if status is not None:
             self.status = status
-
-
-def store_failure(e: BaseException) -> bool:
-    """Whether `e` is the store refusing an operation (`schedulearn.store.StoreError`, also as
-    the cause of an engine error): answered 503, nothing was changed."""
-    from schedulearn.engine import StoreWriteFailed
-
-    return isinstance(e, StoreWriteFailed) or any(
-        type(x).__name__ == "StoreError" and type(x).__module__.startswith("schedulearn.store")
-        for x in (e, e.__cause__) if x is not None)
 
 
 class NotFound(ApiError):
@@ -70,16 +67,23 @@ class Conflict(ApiError):
     status = 409
 
 
+def store_failure(e: BaseException) -> bool:
+    """Whether `e` is the store refusing an operation (`schedulearn.store.StoreError`, also as
+    the cause of an engine error): answered 503, nothing was changed."""
+    return isinstance(e, StoreWriteFailed) or any(
+        type(x).__name__ == "StoreError" and type(x).__module__.startswith("schedulearn.store")
+        for x in (e, e.__cause__) if x is not None)
+
+
+# -- settings -------------------------------------------------------------------------------------
 @dataclass
 class Settings:
     """What the server extension's traits (or `schedulearn serve`'s flags) configure."""
 
-    store_url: str = ""  # '' = a SQLite file under the Jupyter data dir (chosen by the app)
-    executor: str = "local"
-    docker_hosts: list[str] = field(default_factory=list)
+    store_url: str = ""  # '' = no store (jobs live in memory); the servers default to a SQLite file
+    executor: str = "local"  # a name in the executor registry
     virtual_gpus: int = 0
     default_policy: str = "fifo"
-    default_image: str = ""
     cancel_grace: float = 10.0
     job_root: str = ""
     tick: float = 5.0
@@ -92,10 +96,16 @@ class Settings:
     user_map: UserMap | None = None
     #: the users who may switch the policy; None: everyone (the single-user set-up)
     admins: list[str] | None = None
+    #: the executor's own settings by name (`registry.Option`s of its kind), e.g. `docker_hosts`
+    options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise SpecError(f"executor: expected one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        kind = registry.get(self.executor)  # SpecError naming the executors when unknown
+        allowed = [o.name for o in kind.options]
+        for name in self.options:
+            if name not in allowed:
+                raise SpecError(f"{name}: not a setting of the {kind.name} executor "
+                                f"(its settings: {', '.join(allowed) or 'none'})")
         if self.virtual_gpus < 0:
             raise SpecError(f"virtual_gpus: expected an integer >= 0, got {self.virtual_gpus}")
         if self.cancel_grace < 0:
@@ -109,8 +119,12 @@ class Settings:
 
     @property
     def switches_users(self) -> bool:
-        """Whether jobs run as their users' accounts (processes or containers: not `sim`)."""
-        return self.user_map is not None and self.executor != "sim"
+        """Whether jobs run as their users' accounts (processes or containers: not simulated)."""
+        return self.user_map is not None and not registry.get(self.executor).simulated
+
+    def run_as(self) -> Any:
+        """What executors take as `run_as`: user name -> `accounts.Account`, or None."""
+        return self.user_map.account if self.switches_users else None  # type: ignore[union-attr]
 
 
 @functools.cache
@@ -121,200 +135,64 @@ def default_user() -> str:
         return os.environ.get("USER", "") or "user"
 
 
-# -- adapters to the parts other modules own -------------------------------------------------
-def discover_nodes(settings: Settings) -> list[Node]:
-    """The GPU inventory: `schedulearn.inventory` when present (NVML, Docker hosts, virtual
-    GPUs), else `virtual_gpus` virtual GPUs on this host."""
-    try:
-        from schedulearn import inventory
-    except ImportError:
-        inventory = None
-    if inventory is not None:
-        fn = getattr(inventory, "discover", None)
-        if fn is not None:
-            kwargs: dict[str, Any] = {}
-            params = inspect.signature(fn).parameters
-            for name, value in (
-                ("virtual_gpus", settings.virtual_gpus),
-                ("docker_hosts", settings.docker_hosts),
-                ("hosts", settings.docker_hosts),
-                ("node_name", settings.node_name),
-                ("host", settings.node_name),
-            ):
-                if name in params:
-                    kwargs[name] = value
-            return list(fn(**kwargs))
-    if settings.virtual_gpus <= 0:
-        return []
-    hosts = settings.docker_hosts or [settings.node_name]
-    if len(hosts) == 1:
-        return [Node.virtual_node(hosts[0] if not settings.docker_hosts else _host_name(hosts[0]),
-                                  settings.virtual_gpus)]
-    return [Node.virtual_node(_host_name(h), settings.virtual_gpus) for h in hosts]
-
-
-def docker_hosts(settings: Settings) -> list[str]:
-    """`docker_hosts` as the Docker executor takes them (`name=url[?gpus=N]`): a bare URL is
-    named after its host, `virtual_gpus` becomes `?gpus=N` where a host declares none, and no
-    hosts at all means this machine's daemon."""
-    hosts = list(settings.docker_hosts) or [f"{_safe_name(settings.node_name)}=unix:///var/run/docker.sock"]
-    out = []
-    for h in hosts:
-        if "=" not in h.split("?", 1)[0]:
-            h = f"{_safe_name(_host_name(h).split(':')[0]) or 'docker'}={h}"
-        if settings.virtual_gpus > 0 and "gpus=" not in h.split("?", 1)[-1]:
-            h += ("&" if "?" in h else "?") + f"gpus={settings.virtual_gpus}"
-        out.append(h)
-    return out
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-._")[:63]
-
-
-def _host_name(url: str) -> str:
-    return url.split("://", 1)[-1].split("/", 1)[0] or url
-
-
-def make_executor(settings: Settings) -> Any:
-    if settings.executor == "sim":
-        return _sim_executor()
-    if settings.executor == "docker":
-        try:
-            from schedulearn.executors.docker import DockerExecutor
-        except ImportError as e:
-            raise SpecError(f"executor: 'docker' is not available here ({e})") from None
-        return DockerExecutor(docker_hosts(settings), settings.job_root, image=settings.default_image or None,
-                              cancel_grace=settings.cancel_grace, run_as=_run_as(settings))
-    try:
-        from schedulearn.executors.local import LocalExecutor
-    except ImportError as e:
-        raise SpecError(f"executor: 'local' is not available here ({e})") from None
-    return LocalExecutor(settings.job_root, settings.cancel_grace, run_as=_run_as(settings))
-
-
-def _run_as(settings: Settings) -> Any:
-    return settings.user_map.account if settings.switches_users else None  # type: ignore[union-attr]
-
-
-def _sim_executor() -> Any:
-    """Simulated runs on the wall clock: a job ends after its spec's `duration` seconds (1 s when
-    it gives none, e.g. a command): demos and load tests without processes."""
-    from schedulearn.sim.executor import RigidModel, SimExecutor, default_model
-
-    def model(job: Job) -> Any:
-        if job.spec.duration is not None or job.spec.application is not None:
-            try:
-                return default_model(job)
-            except (KeyError, ValueError):
-                pass
-        return RigidModel(1.0, job.spec.requested)
-
-    return SimExecutor(model=model)
-
-
-def make_store(url: str) -> Any:
-    from schedulearn.store import SqlStore
+def make_store(url: str) -> SqlStore:
+    from .store import SqlStore
 
     return SqlStore(url)
 
 
-class Subscription:
-    """One subscriber's queue of events; iterate it, `close()` it when done."""
+# -- what both servers' handlers call -------------------------------------------------------------
+class Manager(Protocol):
+    """The API as coroutines: `SchedulerService` (embedded), `schedulearn_jupyter.remote.
+    RemoteManager` (a standalone server's), `Unavailable` (none: every call answers 503)."""
 
-    def __init__(self, hub: EventHub, maxsize: int):
-        self.hub = hub
-        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize)
-        self.closed = False
+    #: why this manager answers every call with 503; None when it works
+    unavailable: str | None
 
-    def put(self, event: dict[str, Any]) -> None:
-        if self.closed:
-            return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:  # a subscriber that does not read loses its subscription
-            log.warning("events: a subscriber fell %d events behind; dropping it", self.queue.maxsize)
-            self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.hub.subscribers.discard(self)
-            with contextlib.suppress(asyncio.QueueFull):
-                self.queue.put_nowait(None)
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        if self.closed and self.queue.empty():
-            raise StopAsyncIteration
-        event = await self.queue.get()
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
-        return await asyncio.wait_for(self.__anext__(), timeout)
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None: ...
+    async def stop(self) -> None: ...
+    async def policies(self) -> list[dict[str, str]]: ...
+    async def policy(self, user: str = "") -> dict[str, Any]: ...
+    async def set_policy(self, name: Any, user: str = "") -> dict[str, str]: ...
+    async def gpus(self) -> dict[str, Any]: ...
+    async def submit(self, data: Any, user: str) -> dict[str, Any]: ...
+    async def list_jobs(self, state: str | None = None, user: str | None = None,
+                        limit: Any = None) -> dict[str, Any]: ...
+    async def list_jobs_json(self, state: str | None = None, user: str | None = None,
+                             limit: Any = None) -> str: ...
+    async def get_job(self, job_id: Any) -> dict[str, Any]: ...
+    async def cancel(self, job_id: Any, user: str) -> dict[str, Any]: ...
+    async def logs(self, job_id: Any, tail: Any = None) -> str: ...
+    async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
+    async def result(self, job_id: Any) -> bytes: ...
+    async def subscribe(self) -> EventStream: ...
+    async def hello(self) -> dict[str, Any]: ...
 
 
-class EventHub:
-    """Fans events out to subscribers, on the loop's thread whatever thread emits them."""
+class SchedulerService:
+    """The embedded scheduler: engine + store + executor + its nodes + event fan-out."""
 
-    def __init__(self, maxsize: int = 10_000):
-        self.subscribers: set[Subscription] = set()
-        self.maxsize = maxsize
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.seq = 0
+    unavailable: str | None = None
 
-    def subscribe(self) -> Subscription:
-        sub = Subscription(self, self.maxsize)
-        self.subscribers.add(sub)
-        return sub
-
-    def publish(self, event: dict[str, Any]) -> None:
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not loop:
-                loop.call_soon_threadsafe(self._deliver, event)
-                return
-        self._deliver(event)
-
-    def _deliver(self, event: dict[str, Any]) -> None:
-        self.seq += 1
-        event = {**event, "seq": self.seq}
-        for sub in list(self.subscribers):
-            sub.put(event)
-
-    def close(self) -> None:
-        for sub in list(self.subscribers):
-            sub.close()
-
-
-class SchedulerManager:
-    """The embedded scheduler: engine + store + executor + inventory + event fan-out."""
-
-    remote = False
-
-    def __init__(self, settings: Settings, store: Any = None, executor: Any = None,
+    def __init__(self, settings: Settings, store: Any = None, executor: Executor | None = None,
                  nodes: list[Node] | None = None):
         settings.validate()
         self.settings = settings
         self.lease: Any = None
         if store is None and settings.store_url:
             # One scheduler per store: the lease first, before anything reads or recovers jobs.
-            from schedulearn.store.lease import acquire
+            from .store.lease import acquire
 
             self.lease = acquire(settings.store_url)
         try:
             self.store = store if store is not None else (make_store(settings.store_url)
                                                           if settings.store_url else None)
-            self.executor = executor if executor is not None else make_executor(settings)
-            self.nodes = nodes if nodes is not None else self.discover()
+            if executor is None:
+                executor = registry.get(settings.executor).make(settings)
+            if executor.inventory is None:  # it runs jobs on this host: its GPUs, as the settings say
+                executor.inventory = HostInventory(settings.virtual_gpus, settings.node_name)
+            self.executor = executor
+            self.nodes = nodes if nodes is not None else self.executor.nodes()
             self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
         except BaseException:
             if self.lease is not None:
@@ -350,18 +228,11 @@ class SchedulerManager:
                 log.exception("schedulearn: the round loop failed; restarting it")
                 await asyncio.sleep(self.settings.tick)
 
-    def discover(self) -> list[Node]:
-        """The nodes: the Docker executor's hosts, or this host's GPUs (NVML or virtual)."""
-        from_executor = getattr(self.executor, "nodes", None)
-        if callable(from_executor):
-            return list(from_executor())
-        return discover_nodes(self.settings)
-
     async def _refresh_inventory(self) -> None:
         while True:
             await asyncio.sleep(self.settings.inventory_interval)
-            try:  # NVML calls block: read in a thread, apply on the loop
-                nodes = await asyncio.to_thread(self.discover)
+            try:  # NVML calls and daemons block: read in a thread, apply on the loop
+                nodes = await asyncio.to_thread(self.executor.nodes)
                 self.refresh_inventory(nodes)
             except Exception:
                 log.exception("schedulearn: inventory refresh failed")
@@ -369,7 +240,7 @@ class SchedulerManager:
     def refresh_inventory(self, nodes: list[Node] | None = None) -> None:
         """Apply a fresh inventory: a changed GPU set replaces the engine's nodes, changed
         figures (memory, utilisation) are updated in place; either is pushed as an event."""
-        nodes = self.discover() if nodes is None else nodes
+        nodes = self.executor.nodes() if nodes is None else nodes
         if _shape(nodes) != _shape(self.engine.nodes):
             self.engine.set_nodes(nodes)  # the engine emits an inventory event
             return
@@ -392,7 +263,7 @@ class SchedulerManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.hub.close()
-        if self.store is not None and hasattr(self.store, "close"):
+        if self.store is not None:
             self.store.close()
         if self.lease is not None:
             self.lease.release()  # after the store's last write
@@ -467,8 +338,9 @@ class SchedulerManager:
                 self.settings.user_map.account(user)  # type: ignore[union-attr]
             except NoAccount as e:
                 raise Forbidden(str(e)) from None
-        if self.settings.executor == "docker" and not data.get("image") and self.settings.default_image:
-            data["image"] = self.settings.default_image
+        for key, value in self.executor.spec_defaults().items():  # e.g. the default image
+            if not data.get(key):
+                data[key] = value
         try:
             spec = JobSpec.parse(data)
             self._check_runnable(spec)
@@ -479,13 +351,12 @@ class SchedulerManager:
         except RuntimeError as e:  # the store refused it (StoreError): nothing was written
             log.error("schedulearn: submit failed: %s", e)
             raise ApiError(str(e), 503) from None
-
-    # (set_policy and cancel raise the store's `StoreError` unchanged: routes answer it 503)
+        # (set_policy and cancel raise the store's `StoreError` unchanged: routes answer it 503)
         return self.engine.job_dict(job, self.engine.clock())
 
     def _check_runnable(self, spec: JobSpec) -> None:
         """A live server cannot run a simulated job: its simulation-only fields are refused."""
-        if self.settings.executor == "sim":
+        if self.executor.simulated:
             return
         for name in SIMULATION_ONLY:
             if getattr(spec, name) is not None:
@@ -557,58 +428,24 @@ class SchedulerManager:
             raise Conflict(str(e)) from None
         return self.engine.job_dict(job, self.engine.clock())
 
-    def job_dir(self, job_id: int) -> Path:
-        fn = getattr(self.executor, "job_dir", None)
-        if callable(fn):
-            return Path(fn(job_id))
-        return Path(self.settings.job_root or ".") / str(job_id)
-
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         job = self._job(job_id)
-        n = _as_count("tail", tail)
-        fn = getattr(self.executor, "logs", None)
-        if callable(fn):
-            text = fn(job.id, n)
-            if inspect.isawaitable(text):
-                text = await text
-            return text or ""
-        from schedulearn import joblogs
-
-        return joblogs.tail(self.job_dir(job.id) / LOG_NAME, n)
+        return self.executor.logs(job.id, _as_count("tail", tail))
 
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
         """The log (its last `tail` lines, or all of it), then its lines as they come, until
         the job is over."""
         job = self._job(job_id)
-        n = _as_count("tail", tail)
-        return self._follow(job, n)
-
-    async def _follow(self, job: Job, n: int | None) -> AsyncIterator[str]:
-        from schedulearn import joblogs
-
-        path = self.job_dir(job.id) / LOG_NAME
-        if n is not None:  # the tail now, then what comes after it
-            head = joblogs.tail(path, n)
-            if head:
-                yield head
-            async for line in joblogs.afollow(path, lambda: job.state.final, from_start=False,
-                                              interval=0.1):
-                yield line
-            return
-        async for line in joblogs.afollow(path, lambda: job.state.final, interval=0.1):
-            yield line
+        return self.executor.afollow(job.id, lambda: job.state.final, tail=_as_count("tail", tail))
 
     async def result(self, job_id: Any) -> bytes:
         """The pickled result the job's own run wrote and signed (`schedulearn.results`): a
         `result.pkl` anyone else put in its directory is refused (409), never handed out."""
-        from schedulearn.results import ForgedResult, NoResult, ResultError
+        from .results import ForgedResult, NoResult, ResultError
 
         job = self._job(job_id)
-        reader = getattr(self.executor, "read_result", None)
         try:
-            if reader is None:  # the simulator runs no programs
-                raise NoResult(f"result: job {job.id} has no result")
-            return reader(job.id)
+            return self.executor.read_result(job.id)
         except NoResult:
             raise NotFound(f"result: job {job.id} has no result (yet); state {job.state.value}") from None
         except ForgedResult as e:
@@ -617,7 +454,7 @@ class SchedulerManager:
         except ResultError as e:
             raise ApiError(str(e), 500) from None
 
-    def subscribe(self) -> Subscription:
+    async def subscribe(self) -> Subscription:
         return self.hub.subscribe()
 
     async def hello(self) -> dict[str, Any]:
@@ -627,28 +464,64 @@ class SchedulerManager:
 
 
 class Unavailable:
-    """Stands in for a manager that could not start (the store's lease is another scheduler's):
-    every API call answers 503 with `reason`, the events socket is refused with it."""
-
-    remote = False
+    """Stands in for a service that could not start (the store's lease is another scheduler's):
+    every API call answers 503 with `unavailable`, the events socket is refused with it."""
 
     def __init__(self, reason: str):
-        self.unavailable = reason
+        self.unavailable: str | None = reason
 
-    def start(self, loop: Any = None) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         pass
 
     async def stop(self) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name in ("list_jobs_json",):
-            raise AttributeError(name)
+    def _refuse(self) -> ApiError:
+        return ApiError(f"scheduler: unavailable: {self.unavailable}", 503)
 
-        async def refuse(*args: Any, **kwargs: Any) -> Any:
-            raise ApiError(f"scheduler: unavailable: {self.unavailable}", 503)
+    async def policies(self) -> list[dict[str, str]]:
+        raise self._refuse()
 
-        return refuse
+    async def policy(self, user: str = "") -> dict[str, Any]:
+        raise self._refuse()
+
+    async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
+        raise self._refuse()
+
+    async def gpus(self) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def submit(self, data: Any, user: str) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def list_jobs(self, state: str | None = None, user: str | None = None,
+                        limit: Any = None) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def list_jobs_json(self, state: str | None = None, user: str | None = None,
+                             limit: Any = None) -> str:
+        raise self._refuse()
+
+    async def get_job(self, job_id: Any) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def logs(self, job_id: Any, tail: Any = None) -> str:
+        raise self._refuse()
+
+    async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
+        raise self._refuse()
+
+    async def result(self, job_id: Any) -> bytes:
+        raise self._refuse()
+
+    async def subscribe(self) -> EventStream:
+        raise self._refuse()
+
+    async def hello(self) -> dict[str, Any]:
+        raise self._refuse()
 
 
 _INT64 = 2**63

@@ -1,0 +1,155 @@
+"""The job side of a notebook cell: how the script `bundle.build_script` writes runs the cell.
+
+`run_cell` (called through `schedulearn.run.call`, which ends the process the way every job
+ends) does, in the job's `main.py`:
+
+1. unpacks the `--files` into its working directory (once per job directory, under a file
+   lock, because every rank runs the same script);
+2. loads the `--vars` into the script's globals;
+3. starts the `--timeout` watchdog;
+4. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
+   expression, is evaluated and kept; an exception prints the cell's part of its traceback and
+   ends the job with status 1 (130 for a KeyboardInterrupt);
+5. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
+   cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
+   (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
+
+Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
+the bundle embeds this file's source, since the job may run where neither package is installed
+(a container). It is a module all the same, so that it is linted and tested as one.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import linecache
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+#: The filename tracebacks show for the cell's lines.
+CELL_FILENAME = "<schedulearn-cell>"
+_RANK_VARIABLES = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def rank() -> int:
+    """This process's rank among the job's workers (0 when no launcher says)."""
+    for key in _RANK_VARIABLES:
+        if os.environ.get(key, "").strip().isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None, vars_b64: str | None = None,
+             timeout: float | None = None, result_file: str = "result.pkl",
+             write_result: Callable[[bytes, str], None] | None = None) -> None:
+    """Run `cell` in `namespace` (the script's globals) as described above."""
+    job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
+    if files_b64:
+        unpack(base64.b64decode(files_b64), os.getcwd())
+    if vars_b64:
+        namespace.update(load_vars(base64.b64decode(vars_b64)))
+    if timeout:
+        watchdog(timeout)
+    linecache.cache[CELL_FILENAME] = (len(cell), None, cell.splitlines(True), CELL_FILENAME)
+    tree = ast.parse(cell, filename=CELL_FILENAME)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    try:
+        exec(compile(tree, CELL_FILENAME, "exec"), namespace)
+        value = eval(compile(last, CELL_FILENAME, "eval"), namespace) if last is not None else None
+    except SystemExit:
+        raise
+    except BaseException as e:
+        import traceback
+
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != CELL_FILENAME:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb or e.__traceback__)
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
+    if rank() == 0 and write_result is not None:
+        write_result(dumps(value), os.path.join(job_dir, result_file))
+
+
+def unpack(data: bytes, dest: str) -> None:
+    """Extract the gzipped tar `data` into `dest`, once for all the ranks that call this."""
+    import fcntl
+    import hashlib
+    import io
+    import tarfile
+
+    marker = os.path.join(dest, ".schedulearn-files-" + hashlib.sha256(data).hexdigest()[:16])
+    with open(os.path.join(dest, ".schedulearn-files.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # every rank runs this: the first one unpacks
+        if not os.path.exists(marker):
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(dest, filter="data")
+                else:
+                    tar.extractall(dest)
+            open(marker, "w").close()
+
+
+def load_vars(data: bytes) -> dict[str, Any]:
+    """The variables `bundle.pack_vars` packed: name -> value."""
+    import pickle
+    import zlib
+
+    try:
+        import cloudpickle  # noqa: F401  (what unpickles functions pickled by value)
+    except ImportError:
+        pass
+    blobs = pickle.loads(zlib.decompress(data))
+    return {name: pickle.loads(blob) for name, blob in blobs.items()}
+
+
+def watchdog(timeout: float) -> None:
+    """End the process with status 124 when it has run `timeout` seconds."""
+    import threading
+
+    def expire() -> None:
+        sys.stderr.write(f"schedulearn: the job ran past --timeout {timeout}s; stopping it\n")
+        sys.stderr.flush()
+        os._exit(124)
+
+    t = threading.Timer(timeout, expire)
+    t.daemon = True
+    t.start()
+
+
+def dumps(value: Any) -> bytes:
+    """The cell's value, cloudpickled with tensors on the CPU; a value that cannot be pickled
+    ends the job with status 1 and a line saying why."""
+    import io
+    import pickle
+
+    try:
+        try:
+            import cloudpickle
+
+            base = cloudpickle.Pickler
+        except ImportError:
+            base = pickle.Pickler
+
+        class ToCpu(base):  # type: ignore[misc, valid-type]
+            # Tensors on a GPU come back on the CPU: unpickling them in the notebook kernel would
+            # otherwise take memory on a GPU the scheduler may have given to another job.
+            def reducer_override(self, obj: Any) -> Any:
+                torch = sys.modules.get("torch")
+                tensor = torch is not None and isinstance(obj, torch.Tensor)
+                if tensor and obj.device.type not in ("cpu", "meta"):
+                    return obj.detach().cpu().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+                parent = getattr(super(), "reducer_override", None)
+                return parent(obj) if parent is not None else NotImplemented
+
+        buf = io.BytesIO()
+        ToCpu(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        return buf.getvalue()
+    except Exception as e:
+        sys.stderr.write(f"schedulearn: the cell's value ({type(value).__name__}) cannot be pickled: "
+                         f"{type(e).__name__}: {e}\n")
+        raise SystemExit(1) from None

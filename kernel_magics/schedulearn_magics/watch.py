@@ -1,0 +1,154 @@
+"""Following a job and the queue from the notebook by polling the REST API: the text views (a
+terminal, or `SCHEDULEARN_WIDGETS=0`), the polling loops that feed any view (the text one here,
+the widgets of `widgets.py`), and the queue as text.
+
+A view is anything with `update(job, position, logs)` and `wants_full_logs`; the job view is fed
+from the cell that waits (or a background thread with `--no-wait`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Protocol
+
+from . import views
+from .handle import FINAL_STATES, JobHandle
+
+LOG_TAIL_LINES = 40
+
+
+def widgets_available(shell: Any) -> bool:
+    """A kernel with a frontend that can show widgets (not a terminal IPython), unless
+    `SCHEDULEARN_WIDGETS=0` asks for plain text."""
+    if os.environ.get("SCHEDULEARN_WIDGETS", "").lower() in ("0", "false", "no", "text"):
+        return False
+    if getattr(shell, "kernel", None) is None:
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- one job ----------------------------------------------------------------------------------
+class JobView(Protocol):
+    """What the magic feeds as a job progresses (`TextJobView`, `widgets.JobWidget`)."""
+
+    #: the whole log each time (a view that prints what is new), or its last lines
+    wants_full_logs: bool
+
+    def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None: ...
+
+
+class TextJobView:
+    """Plain text: a line when the state (or queue position) changes, and new log lines."""
+
+    wants_full_logs = True
+
+    def __init__(self, out: Any = None):
+        self.out = out or sys.stdout
+        self.last = ""
+        self.printed = 0  # characters of the log already shown
+
+    def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None:
+        final = job.get("state") in FINAL_STATES
+        if not final:
+            self._status(job, position)
+        if logs is not None and len(logs) > self.printed:
+            self.out.write(logs[self.printed:])
+            if not logs.endswith("\n"):
+                self.out.write("\n")
+            self.printed = len(logs)
+        if final:
+            self._status(job, position)
+        self.out.flush()
+
+    def _status(self, job: dict[str, Any], position: int | None) -> None:
+        key = f"{job.get('state')}/{position}/{job.get('gpus')}"
+        if key != self.last:
+            self.last = key
+            self.out.write(views.status_line(job, position) + "\n")
+
+
+def poll_job(handle: JobHandle, view: JobView) -> dict[str, Any]:
+    """Ask the server once about the job (state, queue position, logs) and update `view`."""
+    job = handle.refresh()
+    position = None
+    if job["state"] == "queued":
+        try:
+            position = views.queue_position(job, handle.client.jobs(state="queued"))
+        except Exception:
+            position = None
+    logs = None
+    if job.get("start_time") is not None or job["state"] != "queued":
+        try:
+            tail = None if view.wants_full_logs else LOG_TAIL_LINES
+            logs = handle.logs(tail=tail)
+        except Exception:
+            logs = None
+    view.update(job, position, logs)
+    return job
+
+
+def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
+           stop: threading.Event | None = None) -> dict[str, Any]:
+    """Poll until the job ends (or `stop` is set), updating `view`; the last job dict."""
+    delay = 0.1
+    while True:
+        job = poll_job(handle, view)
+        if job["state"] in FINAL_STATES:
+            return job
+        if stop is not None and stop.wait(delay):
+            return job
+        if stop is None:
+            time.sleep(delay)
+        delay = min(delay * 1.5, poll)
+
+
+def follow_in_background(handle: JobHandle, view: JobView, poll: float = 1.0) -> threading.Thread:
+    def run() -> None:
+        errors = 0
+        while True:
+            try:
+                follow(handle, view, poll)
+                return
+            except Exception:
+                errors += 1
+                if errors > 30:
+                    return
+                time.sleep(min(30, 2 ** min(errors, 5)))
+
+    t = threading.Thread(target=run, name=f"schedulearn-job-{handle.id}", daemon=True)
+    t.start()
+    return t
+
+
+# --- the queue, as text -------------------------------------------------------------------------
+def queue_text(client: Any, limit: int = 50) -> str:
+    names, _ = policy_names(client)
+    current = client.policy()
+    others = ", ".join(n for n in names if n != current)
+    return f"policy: {current} (others: {others})\n" + views.text_table(recent_jobs(client, limit))
+
+
+def policy_names(client: Any) -> tuple[list[str], dict[str, str]]:
+    items = client.policies()
+    names = [p["name"] if isinstance(p, dict) else str(p) for p in items]
+    desc = {p["name"]: p.get("description", "") for p in items if isinstance(p, dict)}
+    return names, desc
+
+
+def recent_jobs(client: Any, limit: int) -> list[dict[str, Any]]:
+    """Queued and running jobs, then the most recent finished ones, up to `limit` in all."""
+    jobs = client.jobs()
+    active = [j for j in jobs if j.get("state") not in FINAL_STATES]
+    done = [j for j in jobs if j.get("state") in FINAL_STATES]
+    done.sort(key=lambda j: -int(j["id"]))
+    out = sorted(active, key=lambda j: int(j["id"])) + done[: max(0, limit - len(active))]
+    return out
+
+

@@ -65,6 +65,8 @@ GPU = {
         "memory_used_mb": {"type": "integer"},
         "utilization": {"type": "number"},
         "job_id": _NULLABLE_INT,
+        "held_by": {"type": ["string", "null"],
+                    "description": "what holds it outside the scheduler (a Slurm job of another user)"},
     },
 }
 

@@ -11,7 +11,7 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
     return root;
   }
   for (const node of nodes) {
-    const busy = node.gpus.filter(g => g.job_id !== null && g.job_id !== undefined).length;
+    const busy = node.gpus.filter(g => (g.job_id !== null && g.job_id !== undefined) || g.held_by).length;
     const header = h(
       'div',
       { class: 'jp-schedulearn-node-header' },
@@ -27,12 +27,13 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
       const util = utilisationPercent(gpu.utilization);
       const memPct = gpu.memory_total_mb > 0 ? (100 * gpu.memory_used_mb) / gpu.memory_total_mb : 0;
       const memLabel = `${(gpu.memory_used_mb / 1024).toFixed(1)}/${(gpu.memory_total_mb / 1024).toFixed(0)} GiB`;
-      const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : 'idle';
+      const outside = !held && !!gpu.held_by; // a job the scheduler does not run (Slurm)
+      const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : outside ? `${gpu.held_by}` : 'idle';
       const virtual = node.virtual || gpu.virtual;
       const card = h(
         'div',
         {
-          class: `jp-schedulearn-gpu${held ? ' jp-mod-busy' : ''}${virtual ? ' jp-mod-virtual' : ''}`,
+          class: `jp-schedulearn-gpu${held ? ' jp-mod-busy' : ''}${outside ? ' jp-mod-outside' : ''}${virtual ? ' jp-mod-virtual' : ''}`,
           'data-node': node.name,
           'data-index': gpu.index,
           'data-job-id': held ? gpu.job_id ?? undefined : undefined,

@@ -19,6 +19,8 @@ export interface IGpu {
   /** NVML utilisation: a percentage (0-100); a fraction (0-1) is accepted too. */
   utilization: number;
   job_id: number | null;
+  /** held outside the scheduler (a Slurm job of another user): what holds it */
+  held_by?: string | null;
   virtual?: boolean;
 }
 

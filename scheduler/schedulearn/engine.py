@@ -249,6 +249,26 @@ class Engine:
         """`run_released`, from any thread (as `report_exit`)."""
         self.call_soon(self.run_released, job_id)
 
+    def placed(self, job_id: int, alloc: Allocation, now: float | None = None) -> None:
+        """Called by an executor that does not choose devices itself (Slurm binds a job's GPUs)
+        when it learns which GPUs a running job's run really holds: the books follow. Only the
+        indices may differ from what the engine chose (the same nodes and counts); anything
+        else is ignored. The free pool is rebuilt from every job's books."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.running or not job.alloc:
+            return
+        new = {node: tuple(sorted(idx)) for node, idx in alloc.items()}
+        if new == job.alloc:
+            return
+        if {n: len(i) for n, i in new.items()} != {n: len(i) for n, i in job.alloc.items()}:
+            log.warning("job %s: the executor reports GPUs %s, not a relabelling of %s; ignored",
+                        job_id, new, job.alloc)
+            return
+        now = self.clock() if now is None else now
+        job.alloc = job.last_alloc = new
+        self._changed(job, "placed", now, alloc=_alloc_data(new))
+        self.set_nodes(self.nodes)  # the free pool from every job's books
+
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` on the engine's loop (thread-safe): scheduled there while the loop
         runs, called here and now when there is no loop (tests driving rounds by hand, or after

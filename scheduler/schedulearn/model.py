@@ -264,6 +264,9 @@ class Gpu:
     utilization: float = 0.0
     virtual: bool = True
     mig_parent: str | None = None
+    #: held by something the scheduler does not run (a Slurm job submitted outside it): not
+    #: free for its jobs; says what holds it
+    held_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -275,6 +278,7 @@ class Gpu:
             "utilization": self.utilization,
             "virtual": self.virtual,
             "mig_parent": self.mig_parent,
+            "held_by": self.held_by,
         }
 
 

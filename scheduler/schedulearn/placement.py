@@ -20,7 +20,7 @@ class FreePool:
         for n in nodes:
             if n.healthy:
                 self.order.append(n.name)
-                self.free[n.name] = [g.index for g in n.gpus]
+                self.free[n.name] = [g.index for g in n.gpus if not g.held_by]
         self.rank = {name: i for i, name in enumerate(self.order)}
         width = max((len(v) for v in self.free.values()), default=0)
         # Ordered sets. OrderedDict, not dict: a dict that had many deletions leaves holes that

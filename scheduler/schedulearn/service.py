@@ -321,6 +321,7 @@ class SchedulerService:
                         "index": g.index, "uuid": g.uuid, "name": g.name,
                         "memory_total_mb": g.memory_total_mb, "memory_used_mb": g.memory_used_mb,
                         "utilization": g.utilization, "job_id": owner.get((n.name, g.index)),
+                        "held_by": g.held_by or None,
                     }
                     for g in n.gpus
                 ],

@@ -6,9 +6,10 @@ traits, `schedulearn serve`'s flags and the `SCHEDULEARN_<NAME>` variables are m
 and its factory (`Settings -> Executor`). Nothing else names an executor: the server, the
 standalone server's flags and the extension's traits all read this registry.
 
-The built-in kinds are the `KIND`s of `schedulearn.executors.local`, `schedulearn.executors.docker`
-and `schedulearn.sim.executor`; other packages add theirs through the entry-point group
-`schedulearn.executors` (name = executor name, value = `module:KIND`), or by calling `register`.
+The built-in kinds are the `KIND`s of `schedulearn.executors.local`, `schedulearn.executors.docker`,
+`schedulearn.executors.slurm` and `schedulearn.sim.executor`; other packages add theirs through the
+entry-point group `schedulearn.executors` (name = executor name, value = `module:KIND`), or by
+calling `register`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "schedulearn.executors"
 BUILTIN = ("schedulearn.executors.local:KIND", "schedulearn.executors.docker:KIND",
+           "schedulearn.executors.slurm:KIND",
            "schedulearn.sim.executor:KIND")
 ENV_PREFIX = "SCHEDULEARN_"
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}

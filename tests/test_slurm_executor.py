@@ -1,0 +1,236 @@
+"""The Slurm executor against a real two-node Slurm (scripts/slurm-dev.sh: munged, slurmctld, two
+slurmd, 4 fake GPUs each) — issue 14.
+
+Jobs run as Slurm jobs where the policy placed them: Slurm binds their GPUs (two jobs on one node
+get disjoint CUDA_VISIBLE_DEVICES, and the engine's books follow what Slurm bound); torchrun and
+Horovod run across both nodes (srun); a cancel delivers SIGTERM; an elastic job resized 2->1->2
+continues its step count; a node that goes down fails its job with a clear reason; a job submitted
+to the partition by someone else holds its GPUs; the inventory comes from sinfo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors.slurm import SlurmExecutor
+from schedulearn.model import JobState
+
+from tests.fixtures.slurm import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+JOBS = Path(__file__).parent / "jobs"
+
+WHERE = """\
+import os
+rank = os.environ.get("RANK", "0")
+print(f"rank {rank} world {os.environ.get('WORLD_SIZE', '1')} node {os.environ.get('SLURMD_NODENAME')} "
+      f"cvd {os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
+"""
+
+HVD_WHERE = """\
+import os
+import horovod.torch as hvd
+import torch
+hvd.init()
+total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+node, cvd = os.environ.get("SLURMD_NODENAME"), os.environ.get("CUDA_VISIBLE_DEVICES")
+print(f"hvd rank {hvd.rank()} size {hvd.size()} sum {total.item():g} node {node} cvd {cvd}", flush=True)
+hvd.shutdown()
+"""
+
+
+@pytest.fixture
+def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    slurm.cancel_all()
+    yield slurm
+    slurm.cancel_all()
+
+
+def executor(slurm: SlurmCluster, tmp_path: Path, root: str = "jobs", **kw) -> SlurmExecutor:
+    """An executor for one engine's life (`run_jobs` closes it with the engine)."""
+    kw.setdefault("cancel_grace", 3.0)
+    return SlurmExecutor(tmp_path / root, slurm_env=slurm.env, poll_interval=0.3, **kw)
+
+
+async def until(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def run_jobs(ex: SlurmExecutor, specs: list[dict], timeout: float = 120, policy: str = "fifo",
+             nodes=None, during=None) -> list:
+    async def main():
+        eng = Engine(nodes if nodes is not None else ex.nodes(), policy, executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            jobs = [eng.submit(s) for s in specs]
+            if during is not None:
+                await during(eng, jobs)
+            try:
+                await until(lambda: all(j.state.final for j in jobs), timeout, "the jobs to end")
+            except AssertionError as e:
+                states = [(j.id, j.state.value, j.alloc, j.reason) for j in jobs]
+                queue = ex.cli.run("squeue", "-o", "%i %T %r %N %k")
+                raise AssertionError(f"{e}: {states}; Slurm: {queue}") from None
+            return jobs
+        finally:
+            eng.close()
+            await asyncio.wait_for(task, 10)
+
+    return asyncio.run(main())
+
+
+def test_inventory_is_the_partitions_nodes_and_gres(cluster: SlurmCluster, tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+    nodes = ex.nodes()
+    assert [(n.name, len(n.gpus), n.healthy) for n in nodes] == [("n1", 4, True), ("n2", 4, True)]
+    assert ex.partition == "debug"  # the cluster's default
+    cluster.set_node("n2", "drain")
+    try:
+        assert [n.healthy for n in ex.nodes()] == [True, False]
+    finally:
+        cluster.set_node("n2", "resume")
+
+
+def test_two_jobs_on_one_node_get_disjoint_gpus_and_the_books_follow_slurm(cluster: SlurmCluster,
+                                                                            tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+    hold = "import time; time.sleep(4)\n"
+    a, b = run_jobs(ex, [{"name": "a", "script": WHERE + hold, "gpus": 2},
+                         {"name": "b", "script": WHERE + hold, "gpus": 2}])
+    logs = {j.id: ex.logs(j.id) for j in (a, b)}
+    for j in (a, b):
+        assert j.state is JobState.succeeded, j.reason + logs[j.id]
+    cvd = {j.id: re.search(r"node n1 cvd (\S+)", logs[j.id]).group(1) for j in (a, b)}
+    assert {cvd[a.id], cvd[b.id]} == {"0,1", "2,3"}, logs
+    for j in (a, b):  # the engine's books say which GPUs Slurm bound (the sidebar shows them)
+        assert j.last_alloc == {"n1": tuple(int(i) for i in cvd[j.id].split(","))}
+        marker = r"=== schedulearn: Slurm job \d+ on n1: CUDA_VISIBLE_DEVICES="
+        assert re.search(marker + cvd[j.id], logs[j.id])
+
+
+def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+    allreduce = ("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                 "t = torch.tensor([float(dist.get_rank() + 1)]); dist.all_reduce(t)\n"
+                 "print(f'sum {t.item():g}', flush=True)\n")
+    (job,) = run_jobs(ex, [{"name": "wide", "script": WHERE + allreduce, "gpus": 6, "launcher": "torchrun"}])
+    text = ex.logs(job.id)
+    assert job.state is JobState.succeeded, job.reason + text[-3000:]
+    assert job.last_alloc == {"n1": (0, 1, 2, 3), "n2": (0, 1)}  # 4 + 2: a heterogeneous Slurm job
+    ranks = dict(re.findall(r"rank (\d) world 6 node (n\d)", text))
+    assert sorted(ranks) == [str(r) for r in range(6)], text[-3000:]
+    assert sorted(ranks.values()) == ["n1"] * 4 + ["n2"] * 2
+    assert text.count("sum 21") == 6
+
+
+def test_horovod_across_both_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+    (job,) = run_jobs(ex, [{"name": "hvd", "script": HVD_WHERE, "gpus": 6, "launcher": "horovod"}],
+                      timeout=180)
+    text = ex.logs(job.id)
+    assert job.state is JobState.succeeded, job.reason + text[-3000:]
+    found = re.findall(r"hvd rank (\d) size 6 sum 21 node (n\d) cvd (\S+)", text)
+    assert sorted(r for r, _, _ in found) == [str(r) for r in range(6)], text[-3000:]
+    # 4 + 2 GPUs: each node's workers see that node's Slurm variables and devices, not the first's
+    assert sorted((n, c) for _, n, c in found) == [("n1", "0,1,2,3")] * 4 + [("n2", "0,1")] * 2
+
+
+def test_cancel_delivers_sigterm_and_the_job_ends_cancelled(cluster: SlurmCluster, tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path, cancel_grace=10)
+
+    async def cancel_when_ready(eng, jobs):
+        (job,) = jobs
+        await until(lambda: "ready" in ex.logs(job.id), 60, "the job to run")
+        eng.cancel(job.id)
+
+    (job,) = run_jobs(ex, [{"name": "term", "command": [sys.executable, str(JOBS / "sigterm_job.py")],
+                            "gpus": 1}], during=cancel_when_ready)
+    text = ex.logs(job.id)
+    assert job.state is JobState.cancelled and job.reason == "cancelled", (job.reason, text[-2000:])
+    assert "got SIGTERM" in text
+    assert not cluster.active_jobs()
+
+
+def test_elastic_job_resized_2_1_2_continues_its_steps(cluster: SlurmCluster, tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path, cancel_grace=20)
+    (n1,) = [n for n in ex.nodes() if n.name == "n1"]
+    n1.gpus = n1.gpus[:2]  # Schedulearn manages 2 of n1's GPUs here: the second job forces a shrink
+    release = tmp_path / "release"
+    steps = 30
+
+    async def contend(eng, jobs):
+        (a,) = jobs
+        await until(lambda: "step 3 world 2" in ex.logs(a.id), 120, "the job to train on 2 GPUs")
+        b = eng.submit({"command": [sys.executable, str(JOBS / "show_env.py"), str(release)], "gpus": 1})
+        await until(lambda: b.state is JobState.running and a.size == 1, 30, "the shrink")
+        await until(lambda: re.search(r"step \d+ world 1", ex.logs(a.id)), 120, "the job to train on 1 GPU")
+        release.touch()
+        await until(lambda: b.state.final, 60, "the second job to end")
+        await until(lambda: a.size == 2, 30, "the job to grow back")
+
+    (a,) = run_jobs(ex, [{"name": "elastic", "command": ["python", str(JOBS / "elastic_train.py")],
+                          "launcher": "torchrun", "gpus": "auto", "min_gpus": 1, "max_gpus": 2,
+                          "env": {"TRAIN_STEPS": str(steps), "STEP_SLEEP": "0.2"}}],
+                    policy="elastic-fifo", nodes=[n1], during=contend, timeout=240)
+    text = ex.logs(a.id)
+    assert a.state is JobState.succeeded, a.reason + text[-3000:]
+    assert a.restarts == 2
+    found = [(int(s), int(w)) for s, w in
+             re.findall(r"^(?:\[rank\d+\]: )?step (\d+) world (\d) restart \d$", text, re.M)]
+    assert [s for s, _ in found] == list(range(1, steps + 1)), found  # continuous over both resizes
+    worlds = [w for i, (_, w) in enumerate(found) if i == 0 or found[i - 1][1] != w]
+    assert worlds == [2, 1, 2]
+    assert len(re.findall(r"=== schedulearn: Slurm job (\d+) on n1", text)) == 3  # a Slurm job per run
+
+
+def test_a_node_that_goes_down_fails_its_job_with_a_clear_reason(cluster: SlurmCluster,
+                                                                 tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+    (n2,) = [n for n in ex.nodes() if n.name == "n2"]
+
+    async def node_down(eng, jobs):
+        (job,) = jobs
+        await until(lambda: "ready" in ex.logs(job.id), 60, "the job to run")
+        cluster.set_node("n2", "down", "disk on fire")
+
+    try:
+        (job,) = run_jobs(ex, [{"name": "doomed", "command": [sys.executable, str(JOBS / "sigterm_job.py")],
+                                "gpus": 1}], nodes=[n2], during=node_down)
+    finally:
+        cluster.set_node("n2", "resume")
+    assert job.state is JobState.failed
+    assert job.reason.startswith("a node of the job failed (Slurm: NODE_FAIL)"), job.reason
+
+
+def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
+                          "--wrap", "sleep 120").stdout.strip()
+    deadline = time.monotonic() + 30
+    while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    ex = executor(cluster, tmp_path)
+    (n1, n2) = ex.nodes()
+    held = [g.index for g in n1.gpus if g.held_by]
+    assert len(held) == 3 and all(f"Slurm job {outside}" in g.held_by for g in n1.gpus if g.held_by)
+    assert not any(g.held_by for g in n2.gpus)
+    # two 2-GPU jobs: n1 has one GPU left, so both go to n2 (never onto the outside job's GPUs)
+    a, b = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 2},
+                         {"name": "b", "script": WHERE, "gpus": 2}])
+    assert a.state is JobState.succeeded and b.state is JobState.succeeded
+    assert set(a.last_alloc) == set(b.last_alloc) == {"n2"}
+    (one,) = run_jobs(executor(cluster, tmp_path, "jobs2"), [{"name": "one", "script": WHERE, "gpus": 1}])
+    assert one.state is JobState.succeeded and list(one.last_alloc) == ["n1"]
+    assert one.last_alloc["n1"][0] not in held

@@ -205,5 +205,6 @@ def test_serve_comes_from_the_jupyter_side_through_the_extension_hook():
     require(importlib.util.find_spec("schedulearn_jupyter") is not None, "the Jupyter side is not installed")
     p = cli("serve", "--help")
     assert p.returncode == 0
-    for word in ("--tokens", "--executor", "local | docker | sim", "--docker-host", "--default-image"):
+    for word in ("--tokens", "--executor", "local | docker | slurm | sim", "--docker-host",
+                 "--default-image", "--slurm-partition"):
         assert word in p.stdout

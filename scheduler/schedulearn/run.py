@@ -197,6 +197,66 @@ def _wait_for_ranks(dist) -> None:
         pass
 
 
+def _wait_before_destroy(dist) -> None:
+    """Make the program's own `destroy_process_group()` of the default group wait for the other
+    ranks first (`_wait_for_ranks`), as `shutdown_distributed` does: programs that end with it
+    (DDP examples do) died at random the same way, SIGABRT or `Read error`, when one rank tore its
+    connections down while another was still in its last collective."""
+    original = dist.destroy_process_group
+
+    def destroy_process_group(group=None, *args, **kwargs):
+        try:
+            if group is None and dist.is_initialized():
+                _wait_for_ranks(dist)
+        except Exception:  # noqa: BLE001 - never in the way of the program's own call
+            pass
+        return original(group, *args, **kwargs)
+
+    destroy_process_group.__wrapped__ = original
+    destroy_process_group.__doc__ = original.__doc__
+    for module in (dist, getattr(dist, "distributed_c10d", None)):
+        if module is not None and getattr(module, "destroy_process_group", None) is original:
+            module.destroy_process_group = destroy_process_group
+
+
+class _AfterImport:
+    """A meta-path finder that calls `then(module)` once `name` has been imported by the program
+    (the runner itself imports nothing it does not need)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # once, and not while finding the real spec
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            try:
+                self.then(module)
+            except Exception as e:  # noqa: BLE001
+                _warn(f"preparing {fullname} failed: {type(e).__name__}: {e}")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def after_import(name: str, then) -> None:
+    """Call `then(module)` when the program imports `name` (at once if it already has)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 def flush() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
@@ -233,6 +293,7 @@ def finish(status: int):  # NoReturn
 def call(fn, *args, **kwargs):  # NoReturn
     """Run `fn(*args, **kwargs)` as a program: whatever happens, `finish` with its status."""
     prefix_ranks()
+    after_import("torch.distributed", _wait_before_destroy)
     try:
         fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 - every outcome maps to a status

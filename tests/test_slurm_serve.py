@@ -1,0 +1,164 @@
+"""`schedulearn serve --executor slurm` as a real process against the real two-node Slurm (issue 14):
+
+* kill -9 of the server while its Slurm jobs run (three times, at random points of the jobs'
+  lives and of a round that starts them): after each restart the jobs are re-attached by their
+  stored Slurm ids, each runs exactly once (never submitted twice, never lost) and succeeds;
+* the shared set-up: Slurm runs each user's job as their OS account (`sbatch --uid`); alice's job
+  cannot read bob's job directory nor the tokens file; `GET gpus` lists the Slurm nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from schedulearn.accounts import Account
+from schedulearn.client import Client, ClientError
+
+from tests.fixtures.jupyter import ROOT, free_port, wait_http
+from tests.fixtures.slurm import SlurmCluster
+from tests.test_multiuser import PROBE, SECRET, accounts, home, python, tokens_file  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "slurm-token"
+JOB = r"""
+import json, os, sys, time
+def note(**kw):
+    with open(sys.argv[1], "a") as f:
+        f.write(json.dumps(kw) + "\n")
+me = dict(job=os.environ["SCHEDULEARN_JOB_ID"], slurm=os.environ.get("SLURM_JOB_ID"), pid=os.getpid())
+note(what="start", t=time.time(), **me)
+time.sleep(float(sys.argv[2]))
+note(what="end", t=time.time(), **me)
+"""
+
+
+class SlurmServe:
+    def __init__(self, where: Path, slurm: SlurmCluster, *args: str):
+        self.home, self.slurm, self.args = where, slurm, args
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> SlurmServe:
+        env = {**os.environ, **self.slurm.env,
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+        with open(self.home / "serve.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
+                 "--store", f"sqlite:///{self.home / 'serve.db'}", "--job-root", str(self.home / "jobs"),
+                 "--executor", "slurm", "--tick", "0.2", "--cancel-grace", "3",
+                 "--slurm-poll-interval", "0.3", *self.args],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_http(self.url + "schedulearn/api/policy", proc=self.proc)
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(20)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+def wait_for(fn, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    slurm.cancel_all()
+    yield slurm
+    slurm.cancel_all()
+
+
+def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluster: SlurmCluster,
+                                                                          tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    notes = tmp_path / "notes.jsonl"
+    notes.touch()
+    srv = SlurmServe(tmp_path, cluster, "--token", TOKEN).start()
+    client = Client(srv.url, TOKEN)
+    rng = random.Random(14)
+    ids: list[int] = []
+    try:
+        for cycle in range(3):
+            for _ in range(4):  # 4 x 2 GPUs: the whole cluster
+                ids.append(client.submit({"name": f"c{cycle}", "command": [sys.executable, str(script),
+                                                                          str(notes), "6"], "gpus": 2})["id"])
+            time.sleep(rng.uniform(0.0, 3.0))  # mid-round, mid-submit or mid-run
+            srv.kill()
+            srv = SlurmServe(tmp_path, cluster, "--token", TOKEN).start()
+            client = Client(srv.url, TOKEN)
+        wait_for(lambda: all(client.job(i)["state"] in ("succeeded", "failed", "cancelled") for i in ids),
+                 240, "every job to end")
+        jobs = {i: client.job(i) for i in ids}
+    finally:
+        srv.stop()
+    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: (j["state"], j["reason"])
+                                                                   for i, j in jobs.items()}
+    starts: dict[str, list[dict]] = {}
+    for rec in map(json.loads, notes.read_text().splitlines()):
+        if rec["what"] == "start":
+            starts.setdefault(rec["job"], []).append(rec)
+    for i in ids:
+        assert len(starts.get(str(i), [])) == 1, f"job {i} ran {len(starts.get(str(i), []))} times"
+    # and Slurm saw one batch job per run: none was submitted twice
+    names = [j["name"] for j in cluster.jobs() if j["comment"].startswith("schedulearn:")]
+    per_run = {n.split("-")[0] for n in names}
+    assert len(per_run) == len(names) == len(ids), names
+
+
+def test_shared_setup_runs_jobs_as_their_users_and_keeps_them_apart(
+        cluster: SlurmCluster, accounts: dict[str, Account], home: Path, python: str) -> None:  # noqa: F811
+    tokens = tokens_file(home)
+    user_map = f"alice={accounts['alice'].name},bob={accounts['bob'].name}"
+    srv = SlurmServe(home, cluster, "--tokens", str(tokens), "--user-map", user_map, "--admins", "carol")
+    srv.start()
+    alice, bob = Client(srv.url, "alice-token"), Client(srv.url, "bob-token")
+    try:
+        nodes = alice.gpus()["nodes"]
+        assert [(n["name"], len(n["gpus"])) for n in nodes] == [("n1", 4), ("n2", 4)]
+        b = bob.submit({"name": "secret", "command": [python, "-c", SECRET], "gpus": 1})
+        wait_for(lambda: "ready" in bob.logs(b["id"]), 60, "bob's job to write its secret")
+        bob_dir = str(home / "jobs" / str(b["id"]))
+        targets = {"read": {"bob_dir": bob_dir, "bob_secret": bob_dir + "/secret.txt", "tokens": str(tokens),
+                            "store": str(home / "serve.db")}, "pid": os.getpid()}
+        a = alice.submit({"name": "probe", "command": [python, "-c", PROBE, json.dumps(targets)], "gpus": 1})
+        wait_for(lambda: alice.job(a["id"])["state"] in ("succeeded", "failed"), 60, "alice's probe")
+        log = alice.logs(a["id"])
+        assert alice.job(a["id"])["state"] == "succeeded", log
+        (line,) = [x for x in log.splitlines() if x.startswith("REPORT ")]
+        seen = json.loads(line[len("REPORT "):])
+        assert seen["uid"] == accounts["alice"].uid and seen["USER"] == accounts["alice"].name
+        assert seen["job_dir_mode"] == "0o700"
+        assert {k: seen[k] for k in ("bob_dir", "bob_secret", "tokens", "store", "signal")} == dict.fromkeys(
+            ("bob_dir", "bob_secret", "tokens", "store", "signal"), "denied")
+        # Slurm itself ran them as their accounts
+        users = {j["name"].split("-", 1)[0]: j["user_name"] for j in cluster.jobs()}
+        assert users[f"sl{a['id']}.0"] == accounts["alice"].name
+        assert users[f"sl{b['id']}.0"] == accounts["bob"].name
+        with pytest.raises(ClientError, match="403"):
+            alice.cancel(b["id"])
+        bob.cancel(b["id"])
+        wait_for(lambda: bob.job(b["id"])["state"] == "cancelled", 60, "bob's job to be cancelled")
+    finally:
+        srv.stop()

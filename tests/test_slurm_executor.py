@@ -234,3 +234,19 @@ def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluste
     (one,) = run_jobs(executor(cluster, tmp_path, "jobs2"), [{"name": "one", "script": WHERE, "gpus": 1}])
     assert one.state is JobState.succeeded and list(one.last_alloc) == ["n1"]
     assert one.last_alloc["n1"][0] not in held
+
+
+def test_a_cancel_in_slurm_outside_schedulearn_is_the_jobs_reason(cluster: SlurmCluster,
+                                                                  tmp_path: Path) -> None:
+    ex = executor(cluster, tmp_path)
+
+    async def scancel(eng, jobs):
+        (job,) = jobs
+        await until(lambda: "ready" in ex.logs(job.id), 60, "the job to run")
+        (slurm_id,) = [j["job_id"] for j in cluster.active_jobs()]
+        cluster.run("scancel", str(slurm_id))
+
+    (job,) = run_jobs(ex, [{"name": "victim", "command": [sys.executable, str(JOBS / "sigterm_job.py")],
+                            "gpus": 1}], during=scancel)
+    assert job.state is JobState.failed
+    assert job.reason.startswith("cancelled in Slurm, not by the scheduler"), job.reason

@@ -477,8 +477,7 @@ class SlurmExecutor(RunExecutor):
         run = _Run(job_id=job.id, restarts=info["restarts"], slurm_id=info["slurm_id"], seen=True)
         parts = self._slurm_job(run.slurm_id)
         if parts is not None and not any(j.active for j in parts):
-            self._tracked.runs[run.slurm_id] = run
-            self._ended(run, parts)  # ended while the server was down: reports that end
+            self._end_found(run, parts)  # ended while the server was down: reports that end
             return None
         self._append_log(run, reattached_line(run.restarts, f"Slurm job {run.slurm_id}"))
         return run
@@ -492,12 +491,18 @@ class SlurmExecutor(RunExecutor):
             self._cancel_quietly(info["slurm_id"])  # still behind the gate: it never ran
             return False
         run = _Run(job_id=job.id, restarts=job.restarts, slurm_id=info["slurm_id"], seen=bool(parts))
-        if parts is not None and parts and not any(j.active for j in parts):
-            self._tracked.runs[run.slurm_id] = run
-            self._ended(run, parts)
+        if parts and not any(j.active for j in parts):
+            self._end_found(run, parts)
             return True
         self._adopted(run)
         return True
+
+    def _end_found(self, run: _Run, parts: list[SlurmJob]) -> None:
+        """A run found over after a restart: its end is reported like any other."""
+        with self._lock:
+            self._runs[run.job_id] = run
+            self._tracked.runs[run.slurm_id] = run
+        self._ended(run, parts)
 
     def close(self) -> None:
         super().close()

@@ -11,6 +11,7 @@ to the partition by someone else holds its GPUs; the inventory comes from sinfo.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 import time
@@ -250,3 +251,19 @@ def test_a_cancel_in_slurm_outside_schedulearn_is_the_jobs_reason(cluster: Slurm
                             "gpus": 1}], during=scancel)
     assert job.state is JobState.failed
     assert job.reason.startswith("cancelled in Slurm, not by the scheduler"), job.reason
+
+
+def test_a_slurm_job_gets_the_allow_list_not_the_servers_environment(cluster: SlurmCluster, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDULEARN_STORE_URL", "postgresql://sched:s3cret@db/schedulearn")
+    monkeypatch.setenv("MY_SERVER_ONLY_SECRET", "s3cret")
+    ex = executor(cluster, tmp_path)
+    show = "import json, os\nprint('ENV=' + json.dumps(dict(os.environ)), flush=True)\n"
+    (job,) = run_jobs(ex, [{"name": "env", "script": show, "gpus": 1, "env": {"MINE": "from the spec"}}])
+    assert job.state is JobState.succeeded, job.reason
+    (line,) = [x for x in ex.logs(job.id).splitlines() if x.startswith("ENV=")]
+    env = json.loads(line[4:])
+    assert "MY_SERVER_ONLY_SECRET" not in env and "SCHEDULEARN_STORE_URL" not in env
+    assert "s3cret" not in line
+    assert env["MINE"] == "from the spec" and env["SCHEDULEARN_JOB_ID"] == str(job.id)
+    assert env["SLURM_JOB_ID"].isdigit()  # Slurm's own variables are there

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from schedulearn.accounts import Account
 from schedulearn.client import Client, ClientError
+from schedulearn.executors.slurm import SlurmExecutor
 
 from tests.fixtures.jupyter import ROOT, free_port, wait_http
 from tests.fixtures.slurm import SlurmCluster
@@ -121,8 +122,9 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
             starts.setdefault(rec["job"], []).append(rec)
     for i in ids:
         assert len(starts.get(str(i), [])) == 1, f"job {i} ran {len(starts.get(str(i), []))} times"
-    # and Slurm saw one batch job per run: none was submitted twice
-    names = [j["name"] for j in cluster.jobs() if j["comment"].startswith("schedulearn:")]
+    # and Slurm saw one batch job per run of this server's: none was submitted twice
+    tag = SlurmExecutor(tmp_path / "jobs").tag
+    names = [j["name"] for j in cluster.jobs() if j["comment"].startswith(tag + ":")]
     per_run = {n.split("-")[0] for n in names}
     assert len(per_run) == len(names) == len(ids), names
 

@@ -8,8 +8,9 @@ cluster's default partition), submitted with `sbatch` exactly where the policy p
   `--nodes=H --nodelist=A,B --gres=gpu:K --ntasks-per-node=1`; uneven counts (3 + 1): a
   heterogeneous job, one component per node (Slurm starts those through its backfill scheduler,
   so within `bf_interval`);
-* `--output` = the job's `log.txt` (appended), `--chdir`, `--export=NONE` (the job's environment
-  is written into its scripts: the allow-list of `launch.job_environment`, never the server's),
+* `--output` = the job's `log.txt` (appended), `--chdir`; the job's environment is written into
+  its scripts (the allow-list of `launch.job_environment`), and sbatch itself runs with only
+  `PATH`, the locale and `SLURM_CONF` (`SlurmCli.job_env`): never the server's secrets;
   `--no-requeue` (Schedulearn requeues), `--comment=schedulearn:<server>:<job>:<run>` (how a
   restarted server finds its runs, and how the inventory tells its jobs from other people's),
   `--uid/--gid` of the user's OS account in the shared set-up (the server must be root), plus the
@@ -293,7 +294,7 @@ class SlurmExecutor(RunExecutor):
         argv = [
             "--hold", f"--job-name=sl{job_id}.{restarts}-{name}", f"--comment={self.tag}:{job_id}:{restarts}",
             f"--partition={self.partition}", f"--output={self.log_path(job_id)}", "--open-mode=append",
-            f"--chdir={cwd}", "--export=NONE", "--no-requeue", *self.sbatch_args,
+            f"--chdir={cwd}", "--no-requeue", *self.sbatch_args,
         ]
         if account is not None:
             argv += [f"--uid={account.uid}", f"--gid={account.gid}"]

@@ -75,10 +75,10 @@ class SlurmCli:
         self.env = {**os.environ, **(env or {})}
         self.timeout = timeout
 
-    def run(self, *argv: str, input: str | None = None) -> str:
+    def run(self, *argv: str, input: str | None = None, env: Mapping[str, str] | None = None) -> str:
         try:
-            r = subprocess.run(list(argv), capture_output=True, text=True, env=self.env, input=input,
-                               timeout=self.timeout)
+            r = subprocess.run(list(argv), capture_output=True, text=True, input=input, timeout=self.timeout,
+                               env=self.env if env is None else env)
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]}: not found (install Slurm's client commands)") from None
         except subprocess.TimeoutExpired:
@@ -87,6 +87,12 @@ class SlurmCli:
             text = (r.stderr or r.stdout).strip().splitlines()
             raise SlurmError(f"{argv[0]}: {text[-1] if text else f'exit code {r.returncode}'}")
         return r.stdout
+
+    def job_env(self) -> dict[str, str]:
+        """What a job submitted from here starts with: what Slurm's commands need to find the
+        cluster (`SLURM_CONF`), a PATH, the locale; nothing else of the server's."""
+        keep = ("PATH", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
+        return {k: v for k, v in self.env.items() if k in keep}
 
     # -- reading -------------------------------------------------------------------------------
     def nodes(self, partition: str | None = None) -> list[SlurmNode]:
@@ -135,8 +141,12 @@ class SlurmCli:
 
     # -- acting --------------------------------------------------------------------------------
     def submit(self, script: str, argv: Sequence[str] = ()) -> int:
-        """`sbatch --parsable [argv] script` -> the job id."""
-        out = self.run("sbatch", "--parsable", *argv, script).strip()
+        """`sbatch --parsable [argv] script` -> the job id.
+
+        sbatch runs with `job_env()`, not the server's environment: Slurm hands the submitting
+        environment to the job (`--export=ALL`), and `--export=NONE`/`NIL` would cost every job
+        about a second (Slurm then loads the user's login environment)."""
+        out = self.run("sbatch", "--parsable", "--export=ALL", *argv, script, env=self.job_env()).strip()
         try:
             return int(out.split(";")[0].split("+")[0])
         except ValueError:

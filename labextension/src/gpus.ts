@@ -45,8 +45,8 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
           h('span', {}, `GPU ${gpu.index}`),
           h('span', { class: 'jp-schedulearn-gpu-kind' }, virtual ? 'virtual' : shortName(gpu.name))
         ),
-        // a virtual GPU has no utilisation to show (no NVML): no bar rather than a false 0%
-        virtual ? null : meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
+        // a virtual GPU, or one whose utilisation is not known here (Slurm): no bar rather than a false 0%
+        virtual || gpu.utilization === null ? null : meter('jp-schedulearn-util', util, `${util.toFixed(0)}% util`),
         gpu.memory_total_mb > 0 ? meter('jp-schedulearn-mem', memPct, memLabel) : null,
         h(
           'div',

@@ -17,7 +17,7 @@ export interface IGpu {
   memory_total_mb: number;
   memory_used_mb: number;
   /** NVML utilisation: a percentage (0-100); a fraction (0-1) is accepted too. */
-  utilization: number;
+  utilization: number | null;
   job_id: number | null;
   /** held outside the scheduler (a Slurm job of another user): what holds it */
   held_by?: string | null;

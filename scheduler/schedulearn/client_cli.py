@@ -264,7 +264,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         for g in node["gpus"]:
             mem = f"{g['memory_used_mb']}/{g['memory_total_mb']}" if g["memory_total_mb"] else "-"
             rows.append([node["name"] + (" (virtual)" if node["virtual"] else ""), str(g["index"]),
-                         g["name"], mem, f"{g['utilization']:.0f}%",
+                         g["name"], mem, "-" if g["utilization"] is None else f"{g['utilization']:.0f}%",
                          str(g["job_id"]) if g["job_id"] is not None else "-"])
     _table(rows)
     return 0

@@ -261,7 +261,7 @@ class Gpu:
     name: str = "virtual GPU"
     memory_total_mb: int = 0
     memory_used_mb: int = 0
-    utilization: float = 0.0
+    utilization: float | None = 0.0  # None: not known here (Slurm nodes: no NVML from the server)
     virtual: bool = True
     mig_parent: str | None = None
     #: held by something the scheduler does not run (a Slurm job submitted outside it): not

@@ -238,8 +238,9 @@ class SchedulerService:
                 log.exception("schedulearn: inventory refresh failed")
 
     def refresh_inventory(self, nodes: list[Node] | None = None) -> None:
-        """Apply a fresh inventory: a changed GPU set replaces the engine's nodes, changed
-        figures (memory, utilisation) are updated in place; either is pushed as an event."""
+        """Apply a fresh inventory: a changed GPU set (or GPUs newly held, or freed, outside the
+        scheduler) replaces the engine's nodes, changed figures (memory, utilisation) are updated
+        in place; either is pushed as an event."""
         nodes = self.executor.nodes() if nodes is None else nodes
         if _shape(nodes) != _shape(self.engine.nodes):
             self.engine.set_nodes(nodes)  # the engine emits an inventory event
@@ -549,7 +550,9 @@ def _has_nul(value: Any) -> bool:
 
 
 def _shape(nodes: list[Node]) -> list[tuple[Any, ...]]:
-    return [(n.name, n.healthy, n.virtual, tuple(g.uuid or g.index for g in n.gpus)) for n in nodes]
+    """What the free pool depends on: nodes, their health, their GPUs and which are held outside."""
+    return [(n.name, n.healthy, n.virtual, tuple((g.uuid or g.index, g.held_by) for g in n.gpus))
+            for n in nodes]
 
 
 def _as_id(value: Any) -> int:

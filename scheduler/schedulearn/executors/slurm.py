@@ -178,8 +178,8 @@ class SlurmExecutor(RunExecutor):
                         held[(node, i)] = f"Slurm job {j.leader} ({j.user or 'another user'})"
         return [
             Node(name=n.name, virtual=False, address=n.address, healthy=n.healthy,
-                 gpus=[Gpu(index=i, uuid=f"slurm-{n.name}-gpu{i}", name="GPU (Slurm gres)", virtual=True,
-                           held_by=held.get((n.name, i), "")) for i in range(n.gpus)])
+                 gpus=[Gpu(index=i, uuid=f"slurm-{n.name}-gpu{i}", name="GPU (Slurm gres)", virtual=False,
+                           utilization=None, held_by=held.get((n.name, i), "")) for i in range(n.gpus)])
             for n in snodes
         ]
 

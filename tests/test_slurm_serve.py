@@ -25,7 +25,7 @@ from schedulearn.executors.slurm import SlurmExecutor
 
 from tests.fixtures.jupyter import ROOT, free_port, wait_http
 from tests.fixtures.slurm import SlurmCluster
-from tests.test_multiuser import PROBE, SECRET, accounts, home, python, tokens_file  # noqa: F401
+from tests.test_multiuser import PROBE, SECRET, accounts, home, python, tokens_file, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -71,16 +71,6 @@ class SlurmServe:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
-
-
-def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the kernels it starts), and an IPython shell with the magics loaded."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 
-from tests.fixtures.jupyter import LiveServer
+from tests.fixtures.jupyter import LiveServer, kernel_env
 
 GPUS = 4
 # Importable without an install too (the editable install puts kernel_magics/ on the path).
@@ -29,17 +28,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         "cancel_grace": 2.0,
     }
     srv = LiveServer(home / "srv", traits).start()
-    saved = {k: os.environ.get(k) for k in ("SCHEDULEARN_URL", "SCHEDULEARN_TOKEN")}
-    os.environ["SCHEDULEARN_URL"], os.environ["SCHEDULEARN_TOKEN"] = srv.url, srv.token
-    try:
+    with kernel_env(srv):
         yield srv
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
+
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,12 @@ job on two of a node's fake GPUs and its value comes back; `GET gpus` lists Slur
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from tests.fixtures.jupyter import LiveServer
+from tests.fixtures.jupyter import LiveServer, kernel_env
 from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -26,17 +25,10 @@ def server(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     srv.env.update(slurm.env)
     srv.env["SCHEDULEARN_SLURM_POLL_INTERVAL"] = "0.3"
     srv.start()
-    saved = {k: os.environ.get(k) for k in ("SCHEDULEARN_URL", "SCHEDULEARN_TOKEN")}
-    os.environ["SCHEDULEARN_URL"], os.environ["SCHEDULEARN_TOKEN"] = srv.url, srv.token
     try:
-        yield srv
+        with kernel_env(srv):
+            yield srv
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
         slurm.cancel_all()
 
 

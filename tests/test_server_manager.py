@@ -21,7 +21,7 @@ def sim_manager(tmp_path, **kw) -> SchedulerService:
 
 
 @pytest.mark.parametrize("kw, error", [
-    ({"executor": "slurm"}, "executor: expected one of local, docker, sim, got 'slurm'"),
+    ({"executor": "kubernetes"}, "executor: expected one of local, docker, slurm, sim, got 'kubernetes'"),
     ({"virtual_gpus": -1}, "virtual_gpus: expected an integer >= 0, got -1"),
     ({"default_policy": "nope"}, "policy: unknown 'nope'; available: "),
     ({"cancel_grace": -2}, "cancel_grace: expected seconds >= 0, got -2"),
@@ -155,7 +155,7 @@ def test_defaults_without_environment(monkeypatch):
 
 @pytest.mark.parametrize("name, value, error", [
     ("VIRTUAL_GPUS", "four", "SCHEDULEARN_VIRTUAL_GPUS: expected an integer, got 'four'"),
-    ("EXECUTOR", "slurm", "SCHEDULEARN_EXECUTOR: expected one of local, docker, sim, got 'slurm'"),
+    ("EXECUTOR", "kubernetes", "SCHEDULEARN_EXECUTOR: expected one of local, docker, slurm, sim, got 'kubernetes'"),
     ("CANCEL_GRACE", "soon", "SCHEDULEARN_CANCEL_GRACE: expected a number, got 'soon'"),
 ])
 def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):

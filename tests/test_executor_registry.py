@@ -112,7 +112,8 @@ def test_its_settings_are_checked_and_named(threads_kind):
     with pytest.raises(SpecError, match=r"^docker_hosts: not a setting of the threads executor "
                                         r"\(its settings: thread_greeting\)"):
         Settings(executor="threads", options={"docker_hosts": []}).validate()
-    with pytest.raises(SpecError, match=r"^executor: expected one of local, docker, slurm, sim, threads, got 'x'"):
+    with pytest.raises(SpecError,
+                       match=r"^executor: expected one of local, docker, slurm, sim, threads, got 'x'"):
         Settings(executor="x").validate()
 
 

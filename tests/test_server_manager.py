@@ -155,7 +155,8 @@ def test_defaults_without_environment(monkeypatch):
 
 @pytest.mark.parametrize("name, value, error", [
     ("VIRTUAL_GPUS", "four", "SCHEDULEARN_VIRTUAL_GPUS: expected an integer, got 'four'"),
-    ("EXECUTOR", "kubernetes", "SCHEDULEARN_EXECUTOR: expected one of local, docker, slurm, sim, got 'kubernetes'"),
+    ("EXECUTOR", "kubernetes",
+     "SCHEDULEARN_EXECUTOR: expected one of local, docker, slurm, sim, got 'kubernetes'"),
     ("CANCEL_GRACE", "soon", "SCHEDULEARN_CANCEL_GRACE: expected a number, got 'soon'"),
 ])
 def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):

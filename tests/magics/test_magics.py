@@ -207,25 +207,40 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
 
 
-def _interrupt_when_running(client: Client, name: str) -> threading.Thread:
-    def run() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            jobs = [j for j in client.jobs() if j["name"] == name]
-            if jobs and jobs[-1]["state"] == "running":
-                _thread.interrupt_main()
-                return
-            time.sleep(0.1)
+class _Interrupter(threading.Thread):
+    """Interrupts the main thread (as a kernel interrupt does) once the job named `name` runs;
+    `sent` says whether it did, `error` what stopped it from looking (a test that fails says
+    which)."""
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+    def __init__(self, client: Client, name: str):
+        super().__init__(daemon=True)
+        self.client, self.name = client, name
+        self.sent: float | None = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                jobs = [j for j in self.client.jobs() if j["name"] == self.name]
+                if jobs and jobs[-1]["state"] == "running":
+                    self.sent = time.monotonic()
+                    _thread.interrupt_main()
+                    return
+                time.sleep(0.1)
+        except BaseException as e:  # noqa: BLE001 (reported by the test)
+            self.error = e
+
+    def check(self) -> None:
+        self.join()
+        assert self.sent is not None, f"the interrupt was never sent: {self.error or 'the job never ran'}"
 
 
 def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client) -> None:
-    t = _interrupt_when_running(client, "interrupted")
+    t = _Interrupter(client, "interrupted")
     r = cell(shell, "--name interrupted", "import time\ntime.sleep(120)")
-    t.join()
+    t.check()
     assert isinstance(r.error_in_exec, JobInterrupted), r.error_in_exec  # one line, as in a kernel
     assert str(r.error_in_exec).endswith(": cancelled by you (kernel interrupted)"), r.error_in_exec
     job = [j for j in client.jobs() if j["name"] == "interrupted"][-1]
@@ -260,9 +275,9 @@ def test_a_job_cancelled_elsewhere_ends_the_cell_in_one_line(shell: InteractiveS
 
 def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client) -> None:
     shell.run_line_magic("config", "SchedulearnMagics.cancel_on_interrupt = False")
-    t = _interrupt_when_running(client, "kept-running")
+    t = _Interrupter(client, "kept-running")
     r = cell(shell, "--name kept-running", "import time\ntime.sleep(120)")
-    t.join()
+    t.check()
     assert isinstance(r.error_in_exec, JobInterrupted), r.error_in_exec
     assert "still running; it runs on (%schedulearn logs" in str(r.error_in_exec), r.error_in_exec
     job = [j for j in client.jobs() if j["name"] == "kept-running"][-1]

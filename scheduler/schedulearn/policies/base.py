@@ -64,6 +64,17 @@ class RoundContext:
         return self._engine._gpus
 
     @property
+    def history(self):
+        """The jobs the engine has seen end (`estimates.predict.History`): what estimates of
+        later jobs may learn from."""
+        return self._engine.history
+
+    def predict(self, job: Job) -> float | None:
+        """The total work (seconds on one GPU) predicted for `job` from the jobs that finished
+        before it (`estimates.predict.History`); None without history."""
+        return self._engine.history.predict(job)
+
+    @property
     def capacity(self) -> int:
         """GPUs this round may hand out (healthy GPUs not held by stopping jobs)."""
         if self._capacity is None:

@@ -95,7 +95,8 @@ def test_the_modes_differ_only_in_what_the_estimator_is_fed(tmp_path):
         assert "_oracle" not in job.extra
         json.dumps(persisted_extra(job.extra))  # what the store keeps: plain data
         private = {k: v for k, v in job.extra.items() if k.startswith("_")}
-        assert set(private) <= {"_estimate", "_perf"}, set(private)  # the estimator's own caches
+        caches = {"_estimate", "_estimate_prior", "_perf", "_perf_prior"}  # the estimator's own
+        assert set(private) <= caches, set(private)
         est = estimate(job, job.end_time)
         assert type(est) is Estimate
     run = _run(trace, "goodput", "oracle")

@@ -176,6 +176,21 @@ def _table(rows: list[list[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _progress(job: dict[str, Any]) -> str:
+    """`[####------] 42% ~12m left`: reported progress and the estimated time left ('-' if none)."""
+    if job.get("state") == "succeeded":
+        return "done"
+    out = []
+    if job.get("progress") is not None:
+        p = min(max(float(job["progress"]), 0.0), 1.0)
+        out.append("[" + "#" * round(10 * p) + "-" * (10 - round(10 * p)) + f"] {100 * p:.0f}%")
+    if job.get("eta_s") is not None and job.get("state") == "running":
+        s = float(job["eta_s"])
+        left = f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+        out.append(f"~{left} left" + ("?" if job.get("eta_basis") == "history" else ""))
+    return " ".join(out) or "-"
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     try:
         jobs = _client(args).jobs(args.state, args.user, args.limit)
@@ -184,10 +199,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"jobs": jobs})
         return 0
-    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "REASON"]]
+    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "PROGRESS", "REASON"]]
     for j in jobs:
         rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], shown_gpus(j),
-                     _ago(j["submit_time"]) + " ago", (j.get("reason") or "")[:90]])
+                     _ago(j["submit_time"]) + " ago", _progress(j), (j.get("reason") or "")[:90]])
     _table(rows)
     return 0
 

@@ -230,7 +230,9 @@ class Monitor:
     (`grad_var` = S / B0, the variance at the initial batch size) — unbiased, then smoothed (an
     exponential moving average, `smoothing`). With a single gradient per step (one GPU, no
     accumulation) the previous step's gradient is the second one. The local |g_i|^2 come from
-    tensor hooks (before any all-reduce); their mean over replicas takes one 2-number all-reduce.
+    tensor hooks (before any all-reduce); their mean over replicas takes one small all-reduce a
+    step, which also carries rank 0's word that a report is due (all ranks report and adapt
+    together: their collectives must match).
 
     Reports (`report`, rank 0) go out every `report_every` seconds: mean step time, compute
     time, gradient statistics, batch bounds, progress (`step(progress=)`, `step(epoch=)` with
@@ -266,21 +268,22 @@ class Monitor:
         self.rank, self.world, _, _ = _dist()
         self.nodes = _nodes_from_env(self.world)
         self._hvd = hasattr(optimizer, "synchronize") and hasattr(optimizer, "skip_synchronize")
-        self._base_lr = [g["lr"] for g in optimizer.param_groups]
         self.state: dict[str, Any] = {"batch_size": self.init_batch, "steps": 0, "sqr": None, "var": None,
-                                      "bias": 0.0, "progress": 0.0}
+                                      "bias": 0.0, "progress": 0.0,
+                                      "base_lr": [g["lr"] for g in optimizer.param_groups]}
         self.ckpt = checkpointer
-        if checkpointer is not None:
+        if checkpointer is not None:  # restored: the batch size, statistics and the unscaled rates
             kept = checkpointer.extra.get("schedulearn.monitor")
             if isinstance(kept, dict):
                 self.state.update(kept)
             checkpointer.extra["schedulearn.monitor"] = self.state
+        self._base_lr = list(self.state["base_lr"])
         self._params = [p for p in _unwrap(model).parameters() if p.requires_grad]
         self._local_sq: list = []  # |g_i|^2 parts of this step's micro-steps (this replica)
         self._micro = 0
         self._prev: list | None = None
         self._hooks = [p.register_hook(self._on_grad) for p in self._params]
-        self._step_started = self._last_report = None
+        self._mark = self._last_report = None  # end of the last micro-step or step
         self._micro_times: list[float] = []
         self._times: list[float] = []
         self._measure_started: float | None = None
@@ -327,9 +330,6 @@ class Monitor:
 
     def backward(self, loss: Any) -> None:
         """Backward of one micro-batch's mean loss; the gradient is synchronised on the last."""
-        now = time.perf_counter()
-        if self._step_started is None:
-            self._step_started = now
         last = self._micro >= self.accum_steps
         scaled = loss / (self.accum_steps + 1)
         no_sync = getattr(self.model, "no_sync", None)
@@ -339,8 +339,11 @@ class Monitor:
         else:
             scaled.backward()
         self._micro += 1
-        if not last or self.world == 1:
-            self._micro_times.append(time.perf_counter() - now)
+        now = time.perf_counter()
+        if self._mark is not None and (not last or self.world == 1):
+            # a whole micro-step (data, forward, backward) that did not synchronise
+            self._micro_times.append(now - self._mark)
+        self._mark = now
 
     def step(self, progress: float | None = None, epoch: float | None = None) -> None:
         """The optimiser step (and zero_grad), then the measurements; `progress` (0..1) or
@@ -364,7 +367,11 @@ class Monitor:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad()
-        small_sum, count = self._sum_over_replicas(local_sq, n_local)
+        now = time.perf_counter()
+        due = self._last_report is not None and now - self._last_report >= self.report_every
+        # one all-reduce: the replicas' gradient norms, and rank 0's word that a report is due (so
+        # every rank reports, and adapts, at the same step: their collectives must match)
+        small_sum, count, due = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0))
         self._noise(small_sum / count, big, count, flat)
         self._local_sq, self._micro = [], 0
         st = self.state
@@ -375,32 +382,30 @@ class Monitor:
             progress = st["steps"] / self.total_steps
         if progress is not None:
             st["progress"] = min(max(float(progress), 0.0), 1.0)
-        now = time.perf_counter()
         if self._measure_started is not None:
             self._times.append(now - self._measure_started)
-        self._measure_started = now
-        self._step_started = None
         if self._last_report is None:
             self._last_report = now
-        elif now - self._last_report >= self.report_every:
+        elif due:
             self._report()
             self._last_report = now
+        self._measure_started = self._mark = time.perf_counter()
         if self.ckpt is not None:
             self.ckpt.step()
 
-    def _sum_over_replicas(self, local_sq: float, n: int) -> tuple[float, int]:
+    def _sum_over_replicas(self, local_sq: float, n: int, due: float) -> tuple[float, int, bool]:
         if self.world == 1:
-            return local_sq, n
+            return local_sq, n, due > 0
         import torch
 
-        t = torch.tensor([local_sq, float(n)], dtype=torch.float64)
+        t = torch.tensor([local_sq, float(n), due], dtype=torch.float64)
         torch_dist = sys.modules.get("torch.distributed")
         if torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized():
             torch_dist.all_reduce(t)
         else:
             hvd = sys.modules["horovod.torch"]
             t = hvd.allreduce(t, op=hvd.Sum, name="schedulearn.gns")
-        return float(t[0]), int(round(float(t[1])))
+        return float(t[0]), int(round(float(t[1]))), float(t[2]) > 0
 
     def _noise(self, small: float, big: float, n: int, flat: Any) -> None:
         """Fold one step's |g_i|^2 mean (`small`, micro-batches of `micro_batch` samples, n of

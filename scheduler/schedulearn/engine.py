@@ -263,10 +263,13 @@ class Engine:
 
     # -- what users read -----------------------------------------------------------------------
     def job_dict(self, job: Job, now: float) -> dict[str, Any]:
-        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits."""
+        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits, and its progress
+        and estimated time left where its reports tell (`estimates.summary`)."""
         d = job.to_dict(now)
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
+        if estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count):
+            d.update(estimates.summary(job, now, self.history))
         return d
 
     def waiting_reason(self, job: Job) -> str:

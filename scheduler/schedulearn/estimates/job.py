@@ -88,6 +88,8 @@ class Estimate:
         self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))
         self.progress: float | None = st.get("progress")
         self.key: Any = st.get("version", 0)
+        self._goodput: dict[tuple, float] = {}
+        self._k: tuple[float | None] | None = None
 
     # -- goodput -------------------------------------------------------------------------------
     def goodput_matrix(self, nodes: np.ndarray, gpus: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -111,10 +113,14 @@ class Estimate:
         return cands
 
     def goodput(self, shape: tuple[int, ...], batch: int | None = None) -> float:
-        r = sum(shape)
-        b = np.array([batch], dtype=float) if batch else self.candidates(r)
-        g = self.goodput_matrix(np.array([len(shape)]), np.array([r]), b)[0]
-        return float(g.max())
+        key = (shape, batch)
+        hit = self._goodput.get(key)
+        if hit is None:
+            r = sum(shape)
+            b = np.array([batch], dtype=float) if batch else self.candidates(r)
+            g = self.goodput_matrix(np.array([len(shape)]), np.array([r]), b)[0]
+            hit = self._goodput[key] = float(g.max())
+        return hit
 
     def best_batch(self, shape: tuple[int, ...]) -> int | None:
         """The batch size with the most goodput on `shape` (the current one for a fixed-batch job)."""
@@ -143,6 +149,11 @@ class Estimate:
     def work_per_progress(self) -> float | None:
         """Goodput-seconds one unit of progress (the whole job) costs, from the spans (None when
         the reports cannot tell)."""
+        if self._k is None:
+            self._k = (self._work_per_progress(),)
+        return self._k[0]
+
+    def _work_per_progress(self) -> float | None:
         spans = self.st.get("spans")
         if not spans:
             return None
@@ -184,11 +195,12 @@ def estimate(job: Job, now: float, history: Any = None) -> Estimate:
     st = rep.state(job)
     prior = history.prior(job) if history is not None else None
     version = (st.get("version", 0), job.batch_size, prior.version if prior is not None else None)
-    cached = job.extra.get("_estimate")
+    slot = "_estimate" if prior is None else "_estimate_prior"  # the job's own view, the scheduler's
+    cached = job.extra.get(slot)
     if cached is not None and cached[0] == version:
         return cached[1]
     est = Estimate(job, _perf(job, st, prior, now), prior)
-    job.extra["_estimate"] = (version, est)
+    job.extra[slot] = (version, est)
     return est
 
 
@@ -205,7 +217,8 @@ def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> 
     for key, (_, step, comp) in cfgs.items():
         k, r, m, a = (int(x) for x in key.split(","))
         obs.append((k, r, float(m), a, float(step), comp))
-    cached = job.extra.get("_perf")
+    slot = "_perf" if prior is None or not prior.configs else "_perf_prior"
+    cached = job.extra.get(slot)
     if cached is not None:
         old_obs, perf, when = cached
         if old_obs == obs:
@@ -214,7 +227,7 @@ def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> 
         if pairs <= {o[:2] for o in old_obs} and len(obs) < 1.25 * len(old_obs) and now - when < REFIT_AFTER:
             return perf
     perf = fit(obs, start=cached[1] if cached is not None else None)
-    job.extra["_perf"] = (obs, perf, now)
+    job.extra[slot] = (obs, perf, now)
     return perf
 
 
@@ -229,3 +242,32 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
     if predicted is not None and math.isfinite(predicted):
         return max(predicted - had, 0.1 * predicted, 60.0)
     return had + UNKNOWN_WORK_S
+
+
+def summary(job: Job, now: float, history: Any = None) -> dict[str, Any]:
+    """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
+    runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
+    `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
+    similar finished jobs, less its service). Empty when nothing is known."""
+    from ..placement import placement_shape
+
+    st = rep.state(job)
+    out: dict[str, Any] = {}
+    if st.get("progress") is not None:
+        out["progress"] = round(float(st["progress"]), 4)
+    if not job.alloc or job.state.final:
+        return out
+    est = estimate(job, now, history)
+    shape = placement_shape(job.alloc)
+    left = est.remaining_s(shape)
+    if left is not None:
+        last = st.get("last")
+        since = now - last[0] if last is not None and now >= last[0] else 0.0
+        out["eta_s"] = round(max(left - since, 0.0), 1)
+        out["eta_basis"] = "progress"
+    elif history is not None and (predicted := history.predict(job)) is not None:
+        g1 = est.goodput((1,))
+        ratio = est.goodput(shape) / g1 if g1 > 0 else float(sum(shape))
+        out["eta_s"] = round(max(predicted - job.attained(now), 0.0) / max(ratio, 1e-9), 1)
+        out["eta_basis"] = "history"
+    return out

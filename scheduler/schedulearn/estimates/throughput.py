@@ -82,9 +82,11 @@ def fit(obs: Sequence[Observation], start: PerfParams | None = None) -> PerfPara
     step = np.array([o[4] for o in obs], dtype=float)
     has_c = np.array([o[5] is not None and o[5] > 0 for o in obs])
     comp = np.array([o[5] if o[5] else 1.0 for o in obs], dtype=float)
-    # What the compute time is known as: measured, or the whole step on one GPU without accumulation.
-    known = has_c | ((r == 1) & (a == 0))
-    comp = np.where(has_c, comp, step)
+    # The compute time: the whole step on one GPU without accumulation (nothing to synchronise),
+    # else the time of a micro-step without synchronisation where the job measured one.
+    alone = (r == 1) & (a == 0)
+    known = has_c | alone
+    comp = np.where(alone, step, comp)
     mean_c = float(comp[known].mean()) if known.any() else float(step.mean())
 
     init = [0.1 * mean_c, 0.01 * mean_c / max(float(m.mean()), 1.0), 0.1, 0.01, 0.1, 0.01]

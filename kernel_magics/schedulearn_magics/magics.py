@@ -134,6 +134,8 @@ class SchedulearnMagics(Magics):
     @argument("-o", "--out", default=None, metavar="VAR", help="also store the result (or the handle) in VAR")
     @argument("--priority", type=int, default=0, help="job priority (higher first, for policies that use it)")
     @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h)")
+    @argument("--epochs", type=int, default=None,
+              help="the job's length in epochs: reported epochs count against it (progress, time left)")
     @cell_magic
     def schedulearn(self, line: str, cell: str) -> Any:
         """Run this cell as a job on the cluster's GPUs; its last expression comes back as the
@@ -205,6 +207,8 @@ class SchedulearnMagics(Magics):
             spec["max_gpus"] = max_gpus
         if args.image:
             spec["image"] = args.image
+        if args.epochs is not None:
+            spec["epochs"] = _positive("--epochs", args.epochs)
         return spec
 
     def _default_name(self) -> str:

@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--image", help="Docker image (docker executor)")
     p.add_argument("--priority", type=int, default=None)
     p.add_argument("--workdir", help="working directory of the job")
+    p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
@@ -120,7 +121,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:
         spec["gpus"] = args.gpus if args.gpus == "auto" else _int("gpus", args.gpus)
-    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir"):
+    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir", "epochs"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value

@@ -199,7 +199,7 @@ def test_a_new_auto_job_grows_by_doubling_as_far_as_its_measured_speedup_pays():
     from schedulearn.estimates import ingest
 
     spec = JobSpec(gpus="auto", max_gpus=32, duration=1e6, batch_size=256)
-    engine = Engine(parse_cluster("4x8"), "goodput")
+    engine = Engine(parse_cluster("4x8"), "goodput", SimExecutor())
     job = engine.submit(spec, now=0.0)
     engine.round(0.0)
     assert job.size == 1

@@ -140,7 +140,7 @@ def test_job_widget_and_queue_show_reported_progress_and_time_left(
         "for i in range(1, 4):\n    time.sleep(0.3)\n    elastic.report(progress=i / 10)\n"
         f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
     ).result
-    widget = job_widget(handle)
+    widget = JobWidget(handle)
     follow_in_background(handle, widget, poll=0.1)
     wait_for(lambda: widget.progress > 0.29, timeout=60, what="the reported progress in the widget")
     job = handle.refresh()

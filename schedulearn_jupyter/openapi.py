@@ -51,6 +51,13 @@ JOB = {
         "reason": {"type": "string"},
         "attained_gpu_s": {"type": "number"},
         "run_s": {"type": "number"},
+        "progress": {"type": "number", "minimum": 0, "maximum": 1,
+                     "description": "fraction of its work done, as the job reports it"},
+        "eta_s": {"type": "number", "minimum": 0,
+                  "description": "estimated seconds left on the GPUs it has"},
+        "eta_basis": {"type": "string", "enum": ["progress", "history"],
+                      "description": "what eta_s comes from: the job's progress and rate, or "
+                                     "similar finished jobs"},
     },
 }
 

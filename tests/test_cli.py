@@ -124,9 +124,9 @@ def test_pollux_workload_defaults_to_its_reference_setup_and_says_so(traces):
     w1 = str(traces / "pollux" / "workloads" / "workload-1.csv")
     plain = cli("simulate", w1, "--policy", "las", "--limit", "40", "--json")
     assert plain.returncode == 0, plain.stderr
-    assert ("simulate: cluster 16x4, a round every 60 s, tick 60 s, restart penalty 30 s "
-            "(--cluster, --interval, --restart-penalty: the pollux trace format's reference set-up)"
-            ) in plain.stderr.splitlines()
+    assert ("simulate: cluster 16x4, a round every 60 s, tick 60 s, restart penalty 30 s, estimates "
+            "from what jobs report (--cluster, --interval, --restart-penalty: the pollux trace "
+            "format's reference set-up)") in plain.stderr.splitlines()
     spelled = cli("simulate", w1, "--policy", "las", "--limit", "40", "--json", "--cluster", "16x4",
                   "--interval", "60", "--restart-penalty", "30")
     assert json.loads(plain.stdout) == json.loads(spelled.stdout)
@@ -139,8 +139,21 @@ def test_pollux_workload_defaults_to_its_reference_setup_and_says_so(traces):
 
 def test_rigid_traces_have_no_reference_setup():
     p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--json")
-    line = "simulate: cluster 2x4, a round at every event, tick 60 s, restart penalty 0 s"
+    line = ("simulate: cluster 2x4, a round at every event, tick 60 s, restart penalty 0 s, estimates "
+            "from what jobs report")
     assert line in p.stderr.splitlines()
+
+
+def test_estimates_oracle_is_an_upper_bound_and_says_so(traces):
+    """`--estimates oracle` feeds the policies the simulator's ground truth; the settings line
+    says which; a bad value is one line naming the allowed ones."""
+    w1 = str(traces / "pollux" / "workloads" / "workload-1.csv")
+    oracle = cli("simulate", w1, "--policy", "goodput", "--limit", "30", "--json", "--estimates", "oracle")
+    assert oracle.returncode == 0, oracle.stderr
+    assert "estimates from the true job models (oracle: an upper bound)" in oracle.stderr
+    assert json.loads(oracle.stdout)[0]["jobs"] == 30
+    line = usage_error("simulate", w1, "--policy", "goodput", "--estimates", "truth")
+    assert "--estimates: invalid choice: 'truth' (choose from 'reported', 'oracle')" in line
 
 
 def test_unknown_policy_lists_the_available_ones():

@@ -1,27 +1,17 @@
 """The goodput policy and its speed-up estimates."""
 
-import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schedulearn.engine import Engine
+from schedulearn.estimates import estimate
 from schedulearn.model import Job, JobSpec, parse_cluster
 from schedulearn.policies import create
 from schedulearn.policies.goodput import Goodput
 from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
-from schedulearn.speedup import (
-    FittedEstimate,
-    LinearEstimate,
-    ProfileEstimate,
-    ThroughputModel,
-    estimate_for,
-    load_reports,
-    record,
-    speedup_curve,
-)
 
 APPS = {"cifar10": 512, "bert": 96, "deepspeech2": 160, "yolov3": 64, "imagenet": 3200}
 
@@ -95,9 +85,9 @@ def test_first_round_never_over_allocates_respects_bounds_and_leaves_no_useful_g
     for job in jobs:  # every job: admitted if its minimum fits what stays idle
         assert job in sizes or job.spec.min_size > idle, (job.spec, idle)
     for job, n in sizes.items():  # no admitted job would run faster on the idle GPUs
-        est = estimate_for(job, now)
+        est = estimate(job, now, engine.history)
         top = _top(job, est, policy.capacity)
-        curve = speedup_curve(est, top, per_node)
+        curve = est.curve(top, per_node)
         for m in range(n + 1, min(top, n + idle) + 1):
             assert curve[m] <= curve[n] + 1e-9, (job.spec, n, m, curve[n], curve[m])
 
@@ -122,11 +112,13 @@ def test_later_rounds_with_running_jobs_keep_the_bounds(case):
 
 
 def _started_under_las(spec: JobSpec, nodes, age: float) -> tuple[Engine, Job]:
-    engine = Engine(nodes, "las", SimExecutor())
+    """(With the simulator's true speed-ups: this is about the restart factor, not estimates.)"""
+    engine = Engine(nodes, "las", SimExecutor(estimates="oracle"))
     job = engine.submit(spec, now=0.0)
     engine.round(0.0)
     assert job.size == int(spec.gpus)
     engine.set_policy("goodput")
+    engine.executor.advance(age)
     engine.round(age)
     return engine, job
 
@@ -201,50 +193,23 @@ def test_goodput_is_registered():
     assert isinstance(p, Goodput) and p.elastic and p.time_driven
 
 
-# -- speed-up estimates ------------------------------------------------------------------------
-def test_throughput_model_fit_recovers_parameters():
-    true = ThroughputModel(0.01, 0.002, 0.03, 0.004)
-    obs = [(n, b, true.step_time(n, -(-b // n))) for n in (1, 2, 4, 8) for b in (64, 256)]
-    fit = ThroughputModel.fit(obs)
-    got = (fit.compute0, fit.compute1, fit.sync0, fit.sync1)
-    assert got == pytest.approx((0.01, 0.002, 0.03, 0.004), abs=1e-9)
+# -- what the policy sees of a job -------------------------------------------------------------
+def test_a_new_auto_job_grows_by_doubling_as_far_as_its_measured_speedup_pays():
+    """Live: nothing measured, speed-up linear up to the minimum; each report doubles the cap."""
+    from schedulearn.estimates import ingest
 
-
-def test_fit_needs_three_configurations_and_keeps_parameters_non_negative():
-    assert ThroughputModel.fit([(1, 64, 0.1), (2, 64, 0.08), (2, 64, 0.09)]) is None
-    # sync time that shrinks with more GPUs would need a negative slope: it is dropped, not fitted.
-    fit = ThroughputModel.fit([(1, 64, 0.2), (2, 64, 0.15), (4, 64, 0.11), (8, 64, 0.09)])
-    assert min(fit.compute0, fit.compute1, fit.sync0, fit.sync1) >= 0
-
-
-def test_live_estimates_fall_back_to_linear_and_grow_by_doubling():
-    spec = JobSpec(gpus="auto", max_gpus=32, command=["train"])
-    job = Job(id=1, spec=spec, submit_time=0.0, batch_size=256)
-    est = estimate_for(job, 10.0)
-    assert isinstance(est, LinearEstimate) and est.max_gpus == 1
-    record(job, 1, 256, 0.20)
-    record(job, 2, 256, 0.12)
-    est = estimate_for(job, 10.0)
-    assert isinstance(est, LinearEstimate) and est.max_gpus == 4
-    record(job, 4, 256, 0.08)
-    est = estimate_for(job, 10.0)
-    assert isinstance(est, FittedEstimate) and est.max_gpus == 8
-    s = speedup_curve(est, 8, 4)
-    assert s[1] == 1.0 and 1.0 < s[2] < 2.0 and s[4] > s[2]
-
-
-def test_profile_estimate_for_a_simulated_job():
-    spec = JobSpec(gpus=4, application="imagenet", batch_size=3200, adaptive_batch=True)
-    est = estimate_for(Job(id=1, spec=spec, submit_time=0.0), 0.0)
-    assert isinstance(est, ProfileEstimate) and est.batch_size is None
-    s = speedup_curve(est, 16, 4)
-    assert s[16] > s[4] > s[1] == 1.0
-
-
-def test_load_reports_skips_bad_lines(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    lines = [json.dumps({"t": 1, "step_time": 0.2, "batch_size": 64, "num_gpus": 2}), "not json",
-             json.dumps({"t": 2, "loss": 1.0})]
-    path.write_text("\n".join(lines) + "\n")
-    assert load_reports(path) == [[2, 64, 0.2]]
-    assert load_reports(tmp_path / "missing.jsonl") == []
+    spec = JobSpec(gpus="auto", max_gpus=32, duration=1e6, batch_size=256)
+    engine = Engine(parse_cluster("4x8"), "goodput", SimExecutor())
+    job = engine.submit(spec, now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+    rec = {"batch_size": 256, "step_time": 0.2, "compute_time": 0.2}
+    ingest(job, [{**rec, "t": 10.0, "num_gpus": 1}])
+    engine.wake()
+    engine.round(10_000.0)  # old enough to pay for a restart
+    assert job.size == 2  # linear speed-up believed up to twice what was measured
+    # measured on 2: computing takes half as long, but synchronising costs more than that saves
+    ingest(job, [{**rec, "t": 10_010.0, "num_gpus": 2, "step_time": 0.25, "compute_time": 0.1, "restart": 1}])
+    engine.wake()
+    engine.round(20_000.0)
+    assert job.size == 1  # slower on 2 GPUs than on 1: back to 1, and no further growth

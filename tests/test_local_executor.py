@@ -532,9 +532,9 @@ def test_job_placed_on_two_nodes_fails_clearly_with_the_local_executor(tmp_path)
 
 
 def test_step_times_a_job_reports_reach_the_policy(tmp_path):
-    """`schedulearn.elastic.report` in a real job -> metrics.jsonl -> the job's observations,
-    picked up before each round; the goodput policy's estimate then trusts twice the size seen."""
-    from schedulearn.speedup import REPORTS_KEY, estimate_for
+    """`schedulearn.elastic.report` in a real job -> metrics.jsonl -> the job's reports, picked
+    up before each round; the goodput policy's estimate then trusts twice the size seen."""
+    from schedulearn.estimates import REPORTS_KEY, estimate
 
     script = ("import time\nfrom schedulearn import elastic\n"
               "for i in range(3):\n    elastic.report(step_time=0.5 + i, batch_size=64)\n"
@@ -546,7 +546,10 @@ def test_step_times_a_job_reports_reach_the_policy(tmp_path):
             await wait_for(in_log(ex, job.id, "reported"), 60, "the job's reports")
             eng.wake()  # a round (and the executor's advance before it)
             await wait_for(lambda: job.extra.get(REPORTS_KEY), 10, "the reports in the job")
-            assert job.extra[REPORTS_KEY] == [[1, 64, 0.5], [1, 64, 1.5], [1, 64, 2.5]]
-            assert estimate_for(job, time.time()).max_gpus == 2  # 2 x the largest size reported
+            state = job.extra[REPORTS_KEY]
+            assert state["version"] == 3 and state["batch_size"] == 64 and state["max_gpus"] == 1
+            (count, step, _), = state["configs"].values()
+            assert count == 3 and 0.5 < step < 2.5  # the running mean of the step times
+            assert estimate(job, time.time()).max_gpus == 2  # 2 x the largest size reported
 
     asyncio.run(main())

@@ -41,7 +41,8 @@ SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus au
 SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
-           "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell"}
+           "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
+           "epochs": "--epochs"}
 _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
@@ -129,6 +130,8 @@ class SchedulearnMagics(Magics):
     @argument("-o", "--out", default=None, metavar="VAR", help="also store the result (or the handle) in VAR")
     @argument("--priority", type=int, default=0, help="job priority (higher first, for policies that use it)")
     @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h)")
+    @argument("--epochs", type=int, default=None,
+              help="the job's length in epochs: reported epochs count against it (progress, time left)")
     @cell_magic
     def schedulearn(self, line: str, cell: str) -> Any:
         """Run this cell as a job on the cluster's GPUs; its last expression comes back as the
@@ -194,6 +197,8 @@ class SchedulearnMagics(Magics):
             spec["max_gpus"] = args.max_gpus
         if args.image:
             spec["image"] = args.image
+        if args.epochs is not None:
+            spec["epochs"] = args.epochs
         check_spec(spec)
         return spec
 

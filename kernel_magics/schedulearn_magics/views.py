@@ -72,10 +72,36 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
         if state == "running" or job.get("last_alloc"):
             parts.append(f"{gpus} GPU{'s' if gpus != '1' else ''} {alloc_text(job)}".rstrip())
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
+        if state != "succeeded" and progress_text(job):
+            parts.append(progress_text(job))
     why = str(job.get("reason") or "").strip()
     if state in ("failed", "cancelled") and why and why != state:  # not "cancelled, cancelled"
         parts.append(why.splitlines()[-1])
     return ", ".join(parts)
+
+
+def progress_text(job: dict[str, Any]) -> str:
+    """`42% done, ~12m00s left`: what the scheduler's estimate knows (empty when nothing); a
+    time left predicted from similar jobs, not from the job's own progress, says so."""
+    parts = []
+    if job.get("progress") is not None:
+        parts.append(f"{100 * float(job['progress']):.0f}% done")
+    if job.get("eta_s") is not None and job.get("state") == "running":
+        guess = " (like similar jobs)" if job.get("eta_basis") == "history" else ""
+        parts.append(f"~{fmt_seconds(job['eta_s'])} left{guess}")
+    return ", ".join(parts)
+
+
+def progress_bar_html(job: dict[str, Any], width: str = "8em") -> str:
+    """A small bar filled to the job's reported progress ('' when it reports none)."""
+    p = job.get("progress")
+    if p is None:
+        return ""
+    pct = max(0.0, min(100.0, 100 * float(p)))
+    return (f"<span class='schedulearn-progress' title='{pct:.0f}% done' style='display:inline-block;"
+            f"width:{width};height:0.6em;background:#e0e0e0;border-radius:3px;vertical-align:middle;"
+            f"margin:0 4px'><span style='display:block;width:{pct:.1f}%;height:100%;background:#268bd2;"
+            f"border-radius:3px'></span></span>")
 
 
 def alloc_text(job: dict[str, Any]) -> str:
@@ -86,7 +112,7 @@ def alloc_text(job: dict[str, Any]) -> str:
     return "(" + " ".join(f"{node}:{','.join(str(i) for i in idx)}" for node, idx in alloc.items()) + ")"
 
 
-COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran")
+COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran", "progress")
 
 
 def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple[str, ...]]:
@@ -95,6 +121,7 @@ def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple
         rows.append((
             str(j.get("id")), str(j.get("user") or "-"), str(j.get("name", "")), str(j.get("state")),
             shown_gpus(j), fmt_seconds(waited(j, now)), fmt_seconds(ran(j, now)),
+            progress_text(j) if j.get("state") != "succeeded" else "",
         ))
     return rows
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import ipywidgets as w
-from traitlets import Int, Unicode
+from traitlets import Float, Int, Unicode
 
 from . import views
 from .handle import FINAL_STATES, JobHandle
@@ -29,11 +29,13 @@ _LIVE_QUEUES: list[QueueWidget] = []
 
 # --- one job ----------------------------------------------------------------------------------
 class JobWidget(w.VBox):
-    """Traits `state`, `gpus`, `position` (0 = not queued), `elapsed`, `log_tail` follow the
-    job; the children show them."""
+    """Traits `state`, `gpus`, `position` (0 = not queued), `elapsed`, `progress` (0..1, -1: not
+    reported), `eta` (time left, as text), `log_tail` follow the job; the children show them."""
 
     state = Unicode("")
     gpus = Int(0)
+    progress = Float(-1.0)
+    eta = Unicode("")
     position = Int(0)
     elapsed = Unicode("")
     log_tail = Unicode("")
@@ -74,6 +76,8 @@ class JobWidget(w.VBox):
         by_you = self.handle.cancelled_by_you
         self.gpus = int(job.get("gpus") or 0)
         self.position = int(position or 0)
+        self.progress = float(job["progress"]) if job.get("progress") is not None else -1.0
+        self.eta = views.fmt_seconds(job["eta_s"]) if job.get("eta_s") is not None else ""
         self._line = views.status_line(job, position, now)
         self.elapsed = views.fmt_seconds(
             views.waited(job, now) if self.state == "queued" else views.ran(job, now))
@@ -87,6 +91,7 @@ class JobWidget(w.VBox):
         self.header.value = (
             f"<b>job {job.get('id')}</b> {html.escape(str(job.get('name', '')))} — "
             f"<span class='schedulearn-state' style='color:{colour}'>{shown}</span> "
+            f"{views.progress_bar_html(job) if self.state not in FINAL_STATES else ''}"
             f"<span>{html.escape(detail)}</span>"
         )
         if logs is not None:

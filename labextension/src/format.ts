@@ -94,3 +94,26 @@ export function formatSpan(hours: number): string {
   }
   return `${Number(hours.toFixed(1))} h`;
 }
+
+/**
+ * What the scheduler's estimate says of a job: `42% done · ~12m 5s left` (`` when nothing is
+ * known). A time left predicted from similar jobs (not the job's own progress) ends in `?`.
+ */
+export function progressText(job: IJob): string {
+  const parts: string[] = [];
+  if (job.progress !== undefined && job.progress !== null && job.state !== 'succeeded') {
+    parts.push(`${Math.round(100 * job.progress)}% done`);
+  }
+  if (job.eta_s !== undefined && job.eta_s !== null && job.state === 'running') {
+    parts.push(`~${formatDuration(job.eta_s)} left${job.eta_basis === 'history' ? '?' : ''}`);
+  }
+  return parts.join(' · ');
+}
+
+/** The reported progress as a percentage 0-100, or null (not reported, or the job ended). */
+export function progressPercent(job: IJob): number | null {
+  if (job.progress === undefined || job.progress === null || isFinal(job.state)) {
+    return null;
+  }
+  return Math.max(0, Math.min(100, 100 * job.progress));
+}

@@ -1,6 +1,16 @@
 /** The jobs table: state, user, GPUs, waited, ran (two lines a job); Cancel and Logs actions. */
 import { h } from './dom';
-import { formatAlloc, formatDuration, isFinal, jobColour, ran, shownGpus, waited } from './format';
+import {
+  formatAlloc,
+  formatDuration,
+  isFinal,
+  jobColour,
+  progressPercent,
+  progressText,
+  ran,
+  shownGpus,
+  waited
+} from './format';
 import { IJob } from './types';
 
 export interface IJobActions {
@@ -54,10 +64,20 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
       job.user || '–',
       `${gpus} GPU${gpus === '1' ? '' : 's'}`,
       `waited ${formatDuration(waited(job, now))}`,
-      r === null ? null : `ran ${formatDuration(r)}`
+      r === null ? null : `ran ${formatDuration(r)}`,
+      progressText(job) || null
     ]
       .filter(x => x !== null)
       .join(' · ');
+    const pct = progressPercent(job);
+    const bar =
+      pct === null
+        ? null
+        : h(
+            'div',
+            { class: 'jp-schedulearn-progress', title: `${Math.round(pct)}% done`, 'data-progress': pct.toFixed(1) },
+            h('div', { class: 'jp-schedulearn-progress-fill', style: `width: ${pct.toFixed(1)}%` })
+          );
     body.append(
       h(
         'tr',
@@ -72,7 +92,8 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
             ' ',
             h('span', { class: 'jp-schedulearn-job-name' }, job.name)
           ),
-          h('div', { class: 'jp-schedulearn-job-meta', title: where ? `${meta} · on ${where}` : meta }, meta)
+          h('div', { class: 'jp-schedulearn-job-meta', title: where ? `${meta} · on ${where}` : meta }, meta),
+          bar
         ),
         h('td', {}, h('span', { class: `jp-schedulearn-state jp-mod-${job.state}` }, job.state)),
         h('td', { class: 'jp-schedulearn-actions' }, logs, isFinal(job.state) ? null : cancel)

@@ -50,6 +50,12 @@ export interface IJob {
   reason?: string;
   run_s?: number;
   attained_gpu_s?: number;
+  /** Fraction of its work done (0-1), as the job reports it. */
+  progress?: number;
+  /** Estimated seconds left on the GPUs it has (running jobs). */
+  eta_s?: number;
+  /** What `eta_s` comes from: the job's own progress and rate, or similar finished jobs. */
+  eta_basis?: 'progress' | 'history';
   spec?: { gpus?: number | 'auto'; [key: string]: unknown };
 }
 

@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -93,4 +93,16 @@ test('autoSpan: the window follows the jobs (a 10-s job is a tenth of it), at le
   assert.equal(autoSpan([job({})], now, 3600), 60); // nothing ran yet
   assert.equal(formatSpan(60 / 3600), '1 min');
   assert.equal(formatSpan(5 / 3600), '1 min');
+});
+
+test('progressText and progressPercent: what the estimate knows', () => {
+  const running = job({ state: 'running', progress: 0.42, eta_s: 725, eta_basis: 'progress' });
+  assert.equal(progressText(running), '42% done · ~12m 5s left');
+  assert.equal(progressText({ ...running, progress: undefined, eta_basis: 'history' }), '~12m 5s left?');
+  assert.equal(progressText(job({ progress: 0.5, eta_s: 9 })), '50% done'); // queued: no time left
+  assert.equal(progressText(job({ state: 'succeeded', progress: 1 })), '');
+  assert.equal(progressText(job({})), '');
+  assert.equal(progressPercent(running), 42);
+  assert.equal(progressPercent(job({ state: 'failed', progress: 0.3 })), null);
+  assert.equal(progressPercent(job({ state: 'running', progress: 1.7 })), 100);
 });

@@ -51,6 +51,10 @@ examples:
 
 A Pollux workload runs by default in the set-up it was published with: --cluster 16x4
 --interval 60 --restart-penalty 30. The settings used are printed on stderr.
+
+Policies learn of a job only what it reports (step times on placements it ran on, gradient
+statistics, progress), as live; --estimates oracle feeds them the simulator's ground truth
+instead, an upper bound for comparison.
 """
 
 
@@ -139,10 +143,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = []
     for name in chosen:
         r = simulate(trace, nodes, name, interval=interval, tick=args.tick,
-                     restart_penalty=penalty, record=bool(args.plot))
+                     restart_penalty=penalty, record=bool(args.plot), estimates=args.estimates)
         results.append(r)
         if not args.quiet and len(results) == 1:  # once the trace proved to fit the cluster
-            print(f"simulate: {_settings_line(cluster, interval, args.tick, penalty)}{note}", file=sys.stderr)
+            line = _settings_line(cluster, interval, args.tick, penalty, args.estimates)
+            print(f"simulate: {line}{note}", file=sys.stderr)
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
                   file=sys.stderr, flush=True)
@@ -158,9 +163,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings_line(cluster: str, interval: float | None, tick: float, penalty: float) -> str:
+def _settings_line(cluster: str, interval: float | None, tick: float, penalty: float,
+                   estimates: str = "reported") -> str:
     rounds = f"a round every {interval:g} s" if interval else "a round at every event"
-    return f"cluster {cluster}, {rounds}, tick {tick:g} s, restart penalty {penalty:g} s"
+    known = ("estimates from what jobs report" if estimates == "reported"
+             else "estimates from the true job models (oracle: an upper bound)")
+    return f"cluster {cluster}, {rounds}, tick {tick:g} s, restart penalty {penalty:g} s, {known}"
 
 
 def _plotter():
@@ -222,6 +230,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--restart-penalty", type=_non_negative, metavar="S",
                    help="seconds without progress after each preemption or resize (default for Pollux "
                         "workloads: 30; otherwise 0)")
+    p.add_argument("--estimates", choices=("reported", "oracle"), default="reported",
+                   help="what policies learn of a job: what it reports, as live (default), or the "
+                        "simulator's ground truth (oracle: an upper bound, not what a live job gives)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_simulate)

@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--image", help="Docker image (docker executor)")
     p.add_argument("--priority", type=int, default=None)
     p.add_argument("--workdir", help="working directory of the job")
+    p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
@@ -113,7 +114,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:
         spec["gpus"] = gpus_from_text(args.gpus)
-    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir"):
+    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir", "epochs"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
@@ -166,6 +167,21 @@ def _table(rows: list[list[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _progress(job: dict[str, Any]) -> str:
+    """`[####------] 42% ~12m left`: reported progress and the estimated time left ('-' if none)."""
+    if job.get("state") == "succeeded":
+        return "done"
+    out = []
+    if job.get("progress") is not None:
+        p = min(max(float(job["progress"]), 0.0), 1.0)
+        out.append("[" + "#" * round(10 * p) + "-" * (10 - round(10 * p)) + f"] {100 * p:.0f}%")
+    if job.get("eta_s") is not None and job.get("state") == "running":
+        s = float(job["eta_s"])
+        left = f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+        out.append(f"~{left} left" + ("?" if job.get("eta_basis") == "history" else ""))
+    return " ".join(out) or "-"
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     try:
         jobs = _client(args).jobs(args.state, args.user, args.limit)
@@ -174,10 +190,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"jobs": jobs})
         return 0
-    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "REASON"]]
+    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "PROGRESS", "REASON"]]
     for j in jobs:
         rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], shown_gpus(j),
-                     _ago(j["submit_time"]) + " ago", (j.get("reason") or "")[:90]])
+                     _ago(j["submit_time"]) + " ago", _progress(j), (j.get("reason") or "")[:90]])
     _table(rows)
     return 0
 

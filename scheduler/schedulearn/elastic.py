@@ -16,12 +16,17 @@ they all stop after the same step (a rank that got the signal later does not sta
 that its peers will never join). Rank 0 writes, atomically; every rank restores.
 
 `report(step_time=..., batch_size=...)` appends one JSON line to `metrics.jsonl` in the job
-directory: the hook goodput-aware policies read.
+directory: the hook goodput-aware policies read (fields: `schedulearn.estimates.reports`).
+
+`Monitor` measures what goodput-aware scheduling needs, once per optimiser step, and reports it:
+step time, compute time, the gradient noise scale (statistical efficiency) and progress; it can
+also adapt the global batch size to the GPUs the job has (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -167,12 +172,310 @@ class Checkpointer:
             self.save()
 
 
-def report(step_time: float, batch_size: int, **extra: Any) -> None:
-    """Append `{"t", "step_time", "batch_size", "num_gpus", "restart", ...}` to the job's
-    `metrics.jsonl` (rank 0 only)."""
+def report(step_time: float | None = None, batch_size: int | None = None, **extra: Any) -> None:
+    """Append `{"t", "step_time", "batch_size", "num_gpus", "num_nodes", "restart", ...}` to the
+    job's `metrics.jsonl` (rank 0 only). Any field of `schedulearn.estimates.reports` may be
+    given, e.g. `report(progress=0.4)` alone for a job that only knows how far it is."""
     if _rank_from_env() != 0:
         return
-    rec = {"t": time.time(), "step_time": float(step_time), "batch_size": int(batch_size),
-           "num_gpus": int(os.environ.get("SCHEDULEARN_NUM_GPUS", "1")), "restart": restart_count(), **extra}
+    rec: dict[str, Any] = {"t": time.time()}
+    if step_time is not None:
+        rec["step_time"] = float(step_time)
+    if batch_size is not None:
+        rec["batch_size"] = int(batch_size)
+    world = _world_from_env()
+    rec.update(num_gpus=world, num_nodes=_nodes_from_env(world), restart=restart_count(), **extra)
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def _world_from_env() -> int:
+    for var in ("WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return int(os.environ.get("SCHEDULEARN_NUM_GPUS", "1"))
+
+
+def _nodes_from_env(world: int) -> int:
+    for var in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        if var in os.environ:
+            local = max(int(os.environ[var]), 1)
+            return max(-(-world // local), 1)
+    return 1
+
+
+#: how the learning rate follows the batch size B (B0: the initial batch size)
+LR_SCALING = ("adascale", "sqrt", "linear", "none")
+
+
+class Monitor:
+    """Per-step measurements for goodput-aware scheduling (Pollux / AdaptDL), reported to the
+    scheduler; optionally adapts the global batch size (AdaptiveBatch-style).
+
+        mon = elastic.Monitor(model, opt, batch_size=64, max_batch_size=1024, epochs=10,
+                              adaptive=True, checkpointer=ckpt)
+        while mon.progress < 1:
+            for _ in range(mon.accum_steps + 1):       # micro-steps of one optimiser step
+                x, y = next_batch(mon.micro_batch)      # this process's micro-batch
+                mon.backward(loss_fn(model(x), y))      # mean loss of the micro-batch
+            mon.step(epoch=epochs_done)                  # optimiser step, measure, report
+
+    `model` is the module whose parameters train (plain, `DistributedDataParallel`, or with a
+    Horovod `DistributedOptimizer`); `backward` scales the loss for accumulation and skips the
+    gradient synchronisation of all but the last micro-step (DDP's `no_sync`).
+
+    What it measures, per step: the step time (between consecutive `step()` calls), the time of a
+    micro-step without synchronisation (accumulating, or on one GPU), and the gradient noise:
+    with N micro-batch gradients g_i of m samples each (every replica's, every micro-step's) and
+    their mean G, E|g_i|^2 = |grad|^2 + S/m and E|G|^2 = |grad|^2 + S/(N m), which give the
+    squared norm of the true gradient |grad|^2 (`grad_sqr`) and the per-sample variance S
+    (`grad_var` = S / B0, the variance at the initial batch size) — unbiased, then smoothed (an
+    exponential moving average, `smoothing`). With a single gradient per step (one GPU, no
+    accumulation) the previous step's gradient is the second one. The local |g_i|^2 come from
+    tensor hooks (before any all-reduce); their mean over replicas takes one small all-reduce a
+    step, which also carries rank 0's word that a report is due (all ranks report and adapt
+    together: their collectives must match).
+
+    Reports (`report`, rank 0) go out every `report_every` seconds: mean step time, compute
+    time, gradient statistics, batch bounds, progress (`step(progress=)`, `step(epoch=)` with
+    `epochs`, or `total_steps`).
+
+    `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
+    scheduler's own) on its reports and takes the global batch size in [batch_size,
+    max_batch_size] with the most goodput on its current GPUs (rank 0 decides, all ranks follow);
+    the learning rate follows `lr_scaling`: `adascale` (x the measured gain (var+sqr)/(var/s+sqr),
+    s = B/B0: AdaScale, as Pollux), `sqrt` (x sqrt(B/B0)), `linear` (x B/B0) or `none`. With a
+    `Checkpointer`, the batch size, step count and statistics survive restarts.
+    """
+
+    def __init__(self, model: Any, optimizer: Any, batch_size: int, max_batch_size: int | None = None,
+                 max_local_bsz: int | None = None, *, adaptive: bool = False, lr_scaling: str = "adascale",
+                 epochs: int | None = None, total_steps: int | None = None, report_every: float = 10.0,
+                 smoothing: float = 0.9, checkpointer: Checkpointer | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size}")
+        if max_batch_size is not None and max_batch_size < batch_size:
+            raise ValueError(f"max_batch_size: expected >= batch_size ({batch_size}), got {max_batch_size}")
+        if lr_scaling not in LR_SCALING:
+            raise ValueError(f"lr_scaling: expected one of {', '.join(LR_SCALING)}, got {lr_scaling!r}")
+        if not 0 <= smoothing < 1:
+            raise ValueError(f"smoothing: expected a number in [0, 1), got {smoothing}")
+        self.model, self.optimizer = model, optimizer
+        self.init_batch = int(batch_size)
+        self.max_batch = int(max_batch_size or batch_size)
+        self.max_local = int(max_local_bsz or self.max_batch)
+        self.adaptive, self.lr_scaling = adaptive, lr_scaling
+        self.epochs, self.total_steps = epochs, total_steps
+        self.report_every, self.smoothing = report_every, smoothing
+        self.rank, self.world, _, _ = _dist()
+        self.nodes = _nodes_from_env(self.world)
+        self._hvd = hasattr(optimizer, "synchronize") and hasattr(optimizer, "skip_synchronize")
+        self.state: dict[str, Any] = {"batch_size": self.init_batch, "steps": 0, "sqr": None, "var": None,
+                                      "bias": 0.0, "progress": 0.0,
+                                      "base_lr": [g["lr"] for g in optimizer.param_groups]}
+        self.ckpt = checkpointer
+        if checkpointer is not None:  # restored: the batch size, statistics and the unscaled rates
+            kept = checkpointer.extra.get("schedulearn.monitor")
+            if isinstance(kept, dict):
+                self.state.update(kept)
+            checkpointer.extra["schedulearn.monitor"] = self.state
+        self._base_lr = list(self.state["base_lr"])
+        self._params = [p for p in _unwrap(model).parameters() if p.requires_grad]
+        self._local_sq: list = []  # |g_i|^2 parts of this step's micro-steps (this replica)
+        self._micro = 0
+        self._prev: list | None = None
+        self._hooks = [p.register_hook(self._on_grad) for p in self._params]
+        self._mark = self._last_report = None  # end of the last micro-step or step
+        self._micro_times: list[float] = []
+        self._times: list[float] = []
+        self._measure_started: float | None = None
+        self._est_job = None
+        self.batch_size = int(self.state["batch_size"])
+        self._configure()
+
+    # -- what the training loop reads ------------------------------------------------------
+    @property
+    def progress(self) -> float:
+        return float(self.state.get("progress") or 0.0)
+
+    @property
+    def steps(self) -> int:
+        return int(self.state["steps"])
+
+    def _configure(self) -> None:
+        local = -(-self.batch_size // self.world)
+        a = -(-local // self.max_local) - 1
+        if self.world == 1 and self.batch_size > self.init_batch:
+            a = max(a, 1)  # two micro-batches: the gradient noise needs a pair
+        self.accum_steps = max(a, 0)
+        self.micro_batch = max(-(-local // (self.accum_steps + 1)), 1)
+        self._apply_lr()
+
+    def _gain(self, batch: int) -> float:
+        sqr, var = self.state.get("sqr"), self.state.get("var")
+        if not sqr or var is None:
+            return 1.0
+        s = batch / self.init_batch
+        return (var + sqr) / (var / s + sqr)
+
+    def _apply_lr(self) -> None:
+        ratio = self.batch_size / self.init_batch
+        factor = {"adascale": self._gain(self.batch_size), "sqrt": math.sqrt(ratio), "linear": ratio,
+                  "none": 1.0}[self.lr_scaling]
+        self.lr_factor = factor
+        for g, lr in zip(self.optimizer.param_groups, self._base_lr, strict=True):
+            g["lr"] = lr * factor
+
+    # -- the loop --------------------------------------------------------------------------
+    def _on_grad(self, grad: Any) -> None:
+        self._local_sq.append(grad.detach().double().pow(2).sum())  # summed once per step (no sync here)
+
+    def backward(self, loss: Any) -> None:
+        """Backward of one micro-batch's mean loss; the gradient is synchronised on the last."""
+        last = self._micro >= self.accum_steps
+        scaled = loss / (self.accum_steps + 1)
+        no_sync = getattr(self.model, "no_sync", None)
+        if not last and no_sync is not None:
+            with no_sync():
+                scaled.backward()
+        else:
+            scaled.backward()
+        self._micro += 1
+        now = time.perf_counter()
+        if self._mark is not None and (not last or self.world == 1):
+            # a whole micro-step (data, forward, backward) that did not synchronise
+            self._micro_times.append(now - self._mark)
+        self._mark = now
+
+    def step(self, progress: float | None = None, epoch: float | None = None) -> None:
+        """The optimiser step (and zero_grad), then the measurements; `progress` (0..1) or
+        `epoch` (epochs done, with `epochs`) say how far the job is, else `total_steps` does."""
+        import torch
+
+        if self._micro == 0:
+            raise RuntimeError("Monitor.step: call backward() for each micro-batch first")
+        if self._hvd:
+            self.optimizer.synchronize()
+        big = sum(float(p.grad.detach().double().pow(2).sum()) for p in self._params if p.grad is not None)
+        flat = None
+        n_local = self._micro
+        parts = torch.stack(self._local_sq).sum() if self._local_sq else torch.zeros(())
+        local_sq = float(parts) * (self.accum_steps + 1) ** 2  # undo the 1/(a+1) loss scaling
+        if self.world == 1 and n_local == 1:  # one gradient a step: pair it with the previous one
+            flat = torch.cat([p.grad.detach().double().flatten() for p in self._params if p.grad is not None])
+        if self._hvd:
+            with self.optimizer.skip_synchronize():
+                self.optimizer.step()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad()
+        now = time.perf_counter()
+        due = self._last_report is not None and now - self._last_report >= self.report_every
+        # one all-reduce: the replicas' gradient norms, and rank 0's word that a report is due (so
+        # every rank reports, and adapts, at the same step: their collectives must match)
+        small_sum, count, due = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0))
+        self._noise(small_sum / count, big, count, flat)
+        self._local_sq, self._micro = [], 0
+        st = self.state
+        st["steps"] += 1
+        if progress is None and epoch is not None and self.epochs:
+            progress = epoch / self.epochs
+        if progress is None and self.total_steps:
+            progress = st["steps"] / self.total_steps
+        if progress is not None:
+            st["progress"] = min(max(float(progress), 0.0), 1.0)
+        if self._measure_started is not None:
+            self._times.append(now - self._measure_started)
+        if self._last_report is None:
+            self._last_report = now
+        elif due:
+            self._report()
+            self._last_report = now
+        self._measure_started = self._mark = time.perf_counter()
+        if self.ckpt is not None:
+            self.ckpt.step()
+
+    def _sum_over_replicas(self, local_sq: float, n: int, due: float) -> tuple[float, int, bool]:
+        if self.world == 1:
+            return local_sq, n, due > 0
+        import torch
+
+        t = torch.tensor([local_sq, float(n), due], dtype=torch.float64)
+        torch_dist = sys.modules.get("torch.distributed")
+        if torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized():
+            torch_dist.all_reduce(t)
+        else:
+            hvd = sys.modules["horovod.torch"]
+            t = hvd.allreduce(t, op=hvd.Sum, name="schedulearn.gns")
+        return float(t[0]), int(round(float(t[1]))), float(t[2]) > 0
+
+    def _noise(self, small: float, big: float, n: int, flat: Any) -> None:
+        """Fold one step's |g_i|^2 mean (`small`, micro-batches of `micro_batch` samples, n of
+        them) and |G|^2 (`big`) into the smoothed statistics."""
+        m = float(self.micro_batch)
+        if n < 2:
+            if flat is None or self._prev is None or self._prev.shape != flat.shape:
+                self._prev = flat
+                return
+            small = 0.5 * (float(flat.pow(2).sum()) + float(self._prev.pow(2).sum()))
+            big = float(((flat + self._prev) / 2).pow(2).sum())
+            self._prev, n, m = flat, 2, float(self.batch_size)
+        var = (small - big) / (1.0 / m - 1.0 / (n * m))  # per-sample variance S
+        sqr = big - var / (n * m)
+        st, k = self.state, self.smoothing
+        st["bias"] = k * st["bias"] + (1 - k)
+        st["sqr_ema"] = k * st.get("sqr_ema", 0.0) + (1 - k) * sqr
+        st["var_ema"] = k * st.get("var_ema", 0.0) + (1 - k) * var
+        st["sqr"] = max(st["sqr_ema"] / st["bias"], 1e-30)
+        st["var"] = max(st["var_ema"] / st["bias"], 0.0) / self.init_batch
+
+    def _report(self) -> None:
+        st = self.state
+        rec: dict[str, Any] = {"batch_size": self.batch_size, "accum_steps": self.accum_steps,
+                               "init_batch_size": self.init_batch, "max_batch_size": self.max_batch,
+                               "max_local_bsz": self.max_local, "progress": st["progress"],
+                               "step": st["steps"]}
+        if self._times:
+            rec["step_time"] = sum(self._times) / len(self._times)
+        if self._micro_times:
+            rec["compute_time"] = sum(self._micro_times) / len(self._micro_times)
+        if st.get("sqr") is not None:
+            rec["grad_sqr"], rec["grad_var"] = st["sqr"], st["var"]
+        if self.rank == 0 and "step_time" in rec:
+            report(**rec)
+        if self.adaptive and "step_time" in rec:
+            self._adapt(rec)
+        self._times, self._micro_times = [], []
+
+    def _adapt(self, rec: dict[str, Any]) -> None:
+        """Rank 0 picks the batch size with the most goodput on this placement; all follow."""
+        choice = 0
+        if self.rank == 0:
+            from .estimates import estimate, ingest, packed_shape
+            from .model import Job, JobSpec
+
+            if self._est_job is None:
+                spec = JobSpec(command=["monitor"], batch_size=self.init_batch, adaptive_batch=True)
+                self._est_job = Job(id=0, spec=spec, submit_time=0.0)
+            ingest(self._est_job, [{**rec, "t": time.time(), "num_gpus": self.world,
+                                    "num_nodes": self.nodes, "restart": restart_count()}])
+            shape = packed_shape(self.world, -(-self.world // self.nodes))
+            self._est_job.batch_size = None
+            choice = estimate(self._est_job, 0.0).best_batch(shape) or self.batch_size
+            choice = min(max(int(choice), self.init_batch), self.max_batch)
+        if self.world > 1:
+            _, _, agree, _ = _dist()
+            choice = agree(choice)
+        if choice and choice != self.batch_size:
+            self.batch_size = self.state["batch_size"] = choice
+            self._prev = None
+            self._configure()
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _unwrap(model: Any) -> Any:
+    return getattr(model, "module", model)

@@ -40,7 +40,8 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Protocol
 
-from . import policies
+from . import estimates, policies
+from .estimates.predict import History
 from .executors.base import Executor, ExecutorError, launch_failure
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
 from .placement import FreePool, shrink
@@ -113,6 +114,7 @@ class Engine:
         self.store = store
         self.clock = clock
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.history = History()  # finished jobs: what run-time predictions learn from
         self.rounds = 0
         self.closed = False
         self._dirty = True
@@ -301,10 +303,13 @@ class Engine:
 
     # -- what users read -----------------------------------------------------------------------
     def job_dict(self, job: Job, now: float) -> dict[str, Any]:
-        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits."""
+        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits, and its progress
+        and estimated time left where its reports tell (`estimates.summary`)."""
         d = job.to_dict(now)
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
+        if estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count):
+            d.update(estimates.summary(job, now, self.history))
         return d
 
     def waiting_reason(self, job: Job) -> str:
@@ -347,7 +352,7 @@ class Engine:
                 self._start(job, job.spec.requested, now)
             return
         ctx = RoundContext(now, self.nodes, self._qjobs, self.running, self.active, self._gpus,
-                           self.pool.total + self._held)
+                           self.pool.total + self._held, self.history)
         if policy.preemptive or policy.elastic:
             self._full_round(policy, ctx, now)
         else:
@@ -490,7 +495,17 @@ class Engine:
             self._release(job, now)
             final(job)
         self.active.pop(job.id, None)
+        self._learn(job, now)
         self._changed(job, state.value, now, stored=ahead and self.store is not None)
+
+    def _learn(self, job: Job, now: float) -> None:
+        """A job ended: what it needed (seconds on one GPU, where its reports told) and what it
+        measured go into the history that estimates of later jobs learn from."""
+        if job.state is JobState.succeeded and estimates.REPORTS_KEY in job.extra:
+            work = estimates.estimate(job, now).total_s1()
+            if work is not None:
+                job.extra["work_s1"] = round(work, 3)
+        self.history.add(job)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _track(self, job: Job) -> None:
@@ -585,7 +600,9 @@ class Engine:
         for job in sorted(jobs, key=lambda j: j.id):
             self.jobs[job.id] = job
             self._next_id = max(self._next_id, job.id + 1)
-            if not job.state.final:
+            if job.state.final:
+                self.history.add(job)
+            else:
                 self.active[job.id] = job
                 if job.alloc:
                     self.pool.take(job.alloc)

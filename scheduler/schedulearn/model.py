@@ -93,6 +93,8 @@ class JobSpec(BaseModel):
     application: str | None = None
     batch_size: StrictInt | None = Field(None, ge=1)
     adaptive_batch: StrictBool = False
+    #: the job's declared length in epochs (its reports' `epoch` count against it; a predictor feature)
+    epochs: StrictInt | None = Field(None, ge=1)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -234,6 +236,7 @@ _LOC_HINTS = {
     "priority": "expected an integer",
     "duration": "expected a number of seconds > 0",
     "adaptive_batch": "expected true or false",
+    "epochs": "expected an integer >= 1",
 }
 
 

@@ -82,6 +82,22 @@ def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: C
     assert spec["priority"] == 5 and spec["gpus"] == 2
 
 
+def test_epochs_reach_the_spec_and_count_reported_epochs(shell: InteractiveShell, client: Client,
+                                                          tmp_path: Path) -> None:
+    """`--epochs 4` declares the job's length: `report(epoch=1)` is 25 % of it."""
+    gate = tmp_path / "open"
+    body = (f"import os, time\nfrom schedulearn import elastic\nelastic.report(epoch=1)\n"
+            f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n'ok'")
+    handle = cell(shell, "--epochs 4 --no-wait", body).result
+    assert handle.job["spec"]["epochs"] == 4
+    deadline = time.monotonic() + 60
+    while client.job(handle.id).get("progress") != 0.25:
+        assert time.monotonic() < deadline, client.job(handle.id)
+        time.sleep(0.1)
+    gate.touch()
+    assert handle.result(timeout=60) == "ok"
+
+
 def test_auto_python_cell_is_told_it_gets_one_gpu(shell: InteractiveShell, client: Client,
                                                    capsys: pytest.CaptureFixture) -> None:
     """A plain Python cell runs one process: `--gpus auto` gives it one GPU and the cell says so;
@@ -132,6 +148,7 @@ def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell)
         ("--files missing.bin", "1", "--files: no such file or folder: 'missing.bin'"),
         ("--env NOEQUALS", "1", "--env: expected K=V"),
         ("--timeout soon", "1", "--timeout: expected a duration"),
+        ("--epochs 0", "1", "--epochs: expected an integer >= 1, got 0"),
         ("--min-gpus 3 --max-gpus 2 --gpus auto", "1", "--min-gpus: must be <= --max-gpus"),
         ("", "x = (1,\nprint(x)", "cell: syntax error"),
         ("", "   \n", "cell: empty"),

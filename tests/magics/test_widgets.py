@@ -127,6 +127,45 @@ def test_old_queue_widgets_stop_polling(client: Client) -> None:
     wait_for(lambda: not any(w.live for w in made), timeout=5, what="closed widgets to stop")
 
 
+def test_job_widget_and_queue_show_reported_progress_and_time_left(
+    shell: InteractiveShell, client: Client, tmp_path: Path
+) -> None:
+    """A job that reports its progress (`elastic.report(progress=...)`): the server's estimate
+    reaches the widget (a bar, `N% done`, the time left from its rate) and the queue's rows."""
+    from schedulearn_magics import views
+
+    gate = tmp_path / "open"
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name progress\nimport os, time\nfrom schedulearn import elastic\n"
+        "for i in range(1, 4):\n    time.sleep(0.3)\n    elastic.report(progress=i / 10)\n"
+        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+    ).result
+    widget = JobWidget(handle)
+    follow_in_background(handle, widget, poll=0.1)
+    wait_for(lambda: widget.progress > 0.29, timeout=60, what="the reported progress in the widget")
+    job = handle.refresh()
+    assert job["progress"] == pytest.approx(0.3) and job["eta_basis"] == "progress"
+    assert job["eta_s"] >= 0 and widget.eta  # 0.1 of the work every 0.3 s: about 2 s left
+    assert "schedulearn-progress" in widget.header.value and "30% done" in widget.header.value
+    row = views.job_rows([job], now=time.time())[0]
+    assert row[views.COLUMNS.index("progress")].startswith("30% done, ~")
+    gate.touch()
+    wait_for(lambda: widget.state == "succeeded", timeout=60, what="the job to succeed")
+    assert "schedulearn-progress" not in widget.header.value  # no bar on a finished job
+
+
+def test_progress_text_and_bar() -> None:
+    from schedulearn_magics import views
+
+    job = {"state": "running", "progress": 0.42, "eta_s": 725.0, "eta_basis": "progress"}
+    assert views.progress_text(job) == "42% done, ~12m05s left"
+    assert views.progress_text({**job, "eta_basis": "history", "progress": None}) == \
+        "~12m05s left (like similar jobs)"
+    assert views.progress_text({"state": "queued", "progress": 0.5, "eta_s": 9.0}) == "50% done"
+    assert views.progress_text({"state": "running"}) == "" and views.progress_bar_html({}) == ""
+    assert "width:42.0%" in views.progress_bar_html(job)
+
+
 def test_gpu_counts_shown_for_running_finished_and_auto_jobs() -> None:
     """Finished `--gpus auto` jobs show the GPUs they got (their `last_alloc`), not "auto"."""
     from schedulearn_magics import views

@@ -129,7 +129,7 @@ class JobDirExecutor(Executor):
         `schedulearn.elastic.report` (what the goodput policy sizes them by)."""
         if self.engine is None:
             return
-        from ..speedup import refresh
+        from ..estimates import refresh
 
         for job in list(self.engine.running.values()):
             refresh(job, self.job_dir(job.id) / METRICS_FILE)

@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..model import Allocation, Job, Node
 from ..placement import FreePool
+
+if TYPE_CHECKING:
+    from ..estimates.predict import History
 
 
 class RoundContext:
@@ -25,12 +28,14 @@ class RoundContext:
 
     The engine hands over its own indexes (not copies): `queued` (sorted by priority, then
     arrival), the running jobs and the active (queued and running) jobs by id, the GPUs each
-    running job holds, and the round's `capacity`."""
+    running job holds, the round's `capacity` and the `history` of ended jobs."""
 
-    __slots__ = ("now", "nodes", "queued", "gpus", "capacity", "_by_id", "_active", "_running", "_jobs")
+    __slots__ = ("now", "nodes", "queued", "gpus", "capacity", "history", "_by_id", "_active", "_running",
+                 "_jobs")
 
     def __init__(self, now: float, nodes: list[Node], queued: list[Job], running: Mapping[int, Job],
-                 active: Mapping[int, Job], gpus: Mapping[int, int], capacity: int):
+                 active: Mapping[int, Job], gpus: Mapping[int, int], capacity: int,
+                 history: History | None = None):
         self.now = now
         self.nodes = nodes
         #: Queued jobs, higher priority first, then in arrival order.
@@ -39,6 +44,9 @@ class RoundContext:
         self.gpus = gpus
         #: GPUs this round may hand out (healthy GPUs not held by stopping jobs).
         self.capacity = capacity
+        #: The jobs the engine has seen end (`estimates.predict.History`): what estimates of
+        #: later jobs may learn from.
+        self.history = history
         self._by_id = running
         self._active = active
         self._running: list[Job] | None = None
@@ -57,6 +65,11 @@ class RoundContext:
         if self._jobs is None:
             self._jobs = [j for j in self._active.values() if j.stopping is None]
         return self._jobs
+
+    def predict(self, job: Job) -> float | None:
+        """The total work (seconds on one GPU) predicted for `job` from the jobs that finished
+        before it (`history`); None without history."""
+        return self.history.predict(job) if self.history is not None else None
 
 
 Want = tuple[Job, int]

@@ -8,22 +8,24 @@ Each round:
 2. *Sizing*: the GPUs left go, a step at a time, to the job whose value grows most per GPU (a step
    may take several GPUs, so a job gets past a dip in its curve such as the first GPU on a second
    node). A job's value at n GPUs is `weight · S(n)`: S is its speed-up (goodput on n GPUs over
-   goodput on one, `schedulearn.speedup`), the weight favours jobs with less work left
-   (`remaining ** -alpha`: its estimated seconds to finish on one GPU, or its attained GPU-seconds
-   plus an hour when the estimate cannot tell). For a running job every n other than its current
-   size is discounted by `restart_factor`: a resize is a checkpoint-restart, so it must pay for
-   its lost seconds.
+   goodput on one) and n is capped where its estimate stops trusting itself (twice the GPUs it
+   was measured on); the weight is the job's rank by work left, the job with the most ranked 1
+   (heSRPT's insight: for mean completion time what matters is the order of the jobs' sizes, and
+   a job's share grows with the number of jobs it finishes before). Both come from
+   `schedulearn.estimates`, which knows only the job's spec and reports. For a running job every
+   n other than its current size is discounted by `restart_factor`: a resize is a
+   checkpoint-restart, so it must pay for its lost seconds.
 GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
-restart). Simulated jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to
-pick it themselves when they start or resize (`job.batch_size = None`, see `sim.adaptive`).
+restart). Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it
+themselves when they start or resize (`job.batch_size = None`).
 """
 
 from __future__ import annotations
 
 import heapq
 
+from ..estimates import estimate, remaining_s1
 from ..model import Job, JobState
-from ..speedup import ProfileEstimate, estimate_for, speedup_curve
 from .base import NEVER, Policy, RoundContext, Want
 
 
@@ -34,14 +36,12 @@ class Goodput(Policy):
     time_driven = True
     restart_cost = 30.0  # seconds of progress a resize (checkpoint-restart) costs
     hysteresis = 3.0  # a resize must pay for this many times its cost
-    alpha = 0.5  # how strongly less remaining work raises a job's weight
-    use_remaining = True  # weigh by the estimate's remaining work where it has one (simulation)
+    beta = 1.0  # weight = rank ** beta (rank 1: the most work left)
     starve_after = 1800.0  # a queued job waiting this long is admitted first
     threshold = 16 * 3600.0  # GPU-seconds of service: the second queue
 
     def __init__(self) -> None:
         self._curves: dict[int, tuple[object, list[float]]] = {}  # job id -> (what it depends on, S)
-        self._adapts: set[int] = set()  # simulated jobs whose batch size the job itself picks
         self._boost: dict[int, float] = {}  # job id -> until when it keeps the front (it starved)
         self._elastic, self._starve_at = True, NEVER  # for next_change, from the last round
 
@@ -50,7 +50,6 @@ class Goodput(Policy):
         per_node = max((len(n.gpus) for n in ctx.nodes if n.healthy), default=1)
         active = {j.id for j in ctx.jobs}
         self._curves = {k: v for k, v in self._curves.items() if k in active}
-        self._adapts &= active
         self._boost = {k: t for k, t in self._boost.items() if k in active and t > now}
         order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
         size: dict[Job, int] = {}
@@ -62,7 +61,8 @@ class Goodput(Policy):
                 left -= job.spec.min_size
                 if job.id not in self._boost and self.starving(job, now):
                     self._boost[job.id] = now + self.starve_after  # it runs at least as long as it waited
-        value = {job: self.values(job, now, ctx.capacity, per_node) for job in size if job.spec.elastic}
+        rank = self.ranks([j for j in order if j.spec.elastic], ctx)
+        value = {job: self.values(job, ctx, per_node, rank[job.id]) for job in size if job.spec.elastic}
         heap: list[tuple[float, int, Job, int]] = []
 
         def push(job: Job) -> None:  # the job's best next step: most value per extra GPU
@@ -83,8 +83,8 @@ class Goodput(Policy):
             size[job] = m
             push(job)
         for job, n in size.items():
-            if n != job.size and job.id in self._adapts:
-                job.batch_size = None
+            if n != job.size and job.spec.adaptive_batch:
+                job.batch_size = None  # the job picks the batch size for its new placement
         self._elastic = any(j.spec.elastic for j in order)
         waiting = [(now if j.state is JobState.running else j.since) for j in order if j not in size]
         self._starve_at = min((t + self.starve_after for t in waiting if now - t < self.starve_after),
@@ -116,22 +116,24 @@ class Goodput(Policy):
             return (1, job.since, job.id)
         return (2, job.attained(now) >= self.threshold, job.submit_time, job.id)
 
-    def values(self, job: Job, now: float, capacity: int, per_node: int) -> list[float]:
+    def ranks(self, jobs: list[Job], ctx: RoundContext) -> dict[int, int]:
+        """Each job's rank by estimated work left (seconds on one GPU): 1 for the most."""
+        now, history = ctx.now, ctx.history
+        left = {j.id: remaining_s1(j, estimate(j, now, history), now, ctx.predict(j)) for j in jobs}
+        return {jid: k for k, jid in enumerate(sorted(left, key=lambda i: (-left[i], i)), start=1)}
+
+    def values(self, job: Job, ctx: RoundContext, per_node: int, rank: int) -> list[float]:
         """The job's value at n = 0..its maximum GPUs."""
-        est = estimate_for(job, now)
-        if isinstance(est, ProfileEstimate) and job.spec.adaptive_batch:
-            self._adapts.add(job.id)
-        top = job.spec.max_size(capacity)
+        now = ctx.now
+        est = estimate(job, now, ctx.history)
+        top = job.spec.max_size(ctx.capacity)
         if est.max_gpus is not None:
             top = max(job.spec.min_size, min(top, est.max_gpus))
         key = (est.key, top, per_node)
         cached = self._curves.get(job.id)
         if cached is None or cached[0] != key or est.key is None:
-            cached = self._curves[job.id] = (key, speedup_curve(est, top, per_node))
-        remaining = est.remaining() if self.use_remaining else None
-        if remaining is None:  # no estimate of the work left: what a job has had predicts what it needs
-            remaining = job.attained(now) + 3600.0
-        w = max(remaining, 1.0) ** -self.alpha
+            cached = self._curves[job.id] = (key, est.curve(top, per_node))
+        w = float(rank) ** self.beta
         if job.state is not JobState.running:
             return [w * s for s in cached[1]]
         keep = self.restart_factor(job, now)

@@ -24,6 +24,10 @@ class AdaptiveBatch:
     def __getattr__(self, name):  # the profile's tables and helpers (goodput, epochs...)
         return getattr(self.profile, name)
 
+    def report(self, progress: float, shape, bsz: int | None) -> dict:
+        p = self.profile
+        return p.report(progress, shape, bsz if bsz is not None else p.best_batch_size(shape, progress))
+
     def advance(self, progress: float, shape, bsz: int | None, dt: float) -> tuple[float, float | None]:
         """Like `AppProfile.advance`; `bsz=None`: the best B of each epoch on `shape`."""
         p = self.profile

@@ -357,6 +357,34 @@ class AppProfile:
         now = steps[e] + (progress - self.epoch_progress[e]) / gain[e]
         return max(0.0, (steps[-1] - now) * t)
 
+    def fraction_done(self, progress: float) -> float:
+        """The fraction of its epochs a job at `progress` has done (what its training loop knows)."""
+        if progress >= self.target_progress:
+            return 1.0
+        e = self.epoch_of(progress)
+        lo, hi = self.epoch_progress[e], self.epoch_progress[e + 1]
+        return (e + (progress - lo) / (hi - lo if hi > lo else 1.0)) / self.epochs
+
+    def report(self, progress: float, placement, batch_size: int) -> dict:
+        """What a job at `progress` running B on `placement` measures and reports (the fields of
+        `schedulearn.estimates.reports`): its step time and the time of one micro-step without
+        synchronisation, the gradient statistics of its current epoch at its batch size, the
+        batch sizes it accepts, and the fraction of its epochs done."""
+        cfg = self.configure(placement, batch_size)
+        t, s = self._micro_times(canonical_placement(placement), cfg.micro_bsz)
+        e = self.epoch_of(progress)
+        vb = self.validated_batch_sizes
+        i, j, w = _bracket(list(vb), cfg.effective_batch_size)
+        sqr = self._grad_sqr[e, i] + w * (self._grad_sqr[e, j] - self._grad_sqr[e, i])
+        var = self._grad_var[e, i] + w * (self._grad_var[e, j] - self._grad_var[e, i])
+        return {
+            "step_time": self.step_time(placement, batch_size), "compute_time": t - s,
+            "batch_size": int(batch_size), "accum_steps": cfg.accum_steps,
+            "grad_sqr": float(sqr), "grad_var": float(var),
+            "init_batch_size": self.init_batch_size, "max_batch_size": self.max_batch_size,
+            "max_local_bsz": self.max_local_bsz, "progress": self.fraction_done(progress),
+        }
+
     def best_batch_size(self, placement, progress: float) -> int:
         """B in [max(init, r), max_batch_size] maximising goodput on placement."""
         epoch = self.epoch_of(progress)

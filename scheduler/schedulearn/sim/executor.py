@@ -5,6 +5,22 @@ node) at global batch size `bsz`, where is the job after `dt` seconds, and does 
 `RigidModel` is a fixed run time; the application profiles (`sim.apps`) are another model.
 Finish times sit in a heap and progress is computed only when a run changes (lazily), so a
 replay of 82k jobs costs O(log n) per event, not O(running jobs).
+
+Ground truth stays here. The models and the true progress of every job live in this executor,
+never in the `Job`: what the scheduler learns of a running job is what the job *reports*. A model
+with a `report(progress, shape, bsz)` method is a job that reports (the application profiles
+always; a rigid run time only when the job is elastic, and then only its progress), and before
+each round every such running job that has trained since its last report (at most once per
+`report_every` seconds) emits one — the same record a live job writes to `metrics.jsonl` — which
+goes through `schedulearn.estimates.ingest` exactly as live reports do.
+
+`estimates="oracle"` (an upper bound for comparison, never the headline) hands the estimator the
+job model itself (`sim.oracle`) instead; reports are emitted either way.
+
+A job whose batch size the policy leaves to the job (`job.batch_size = None`, for
+`spec.adaptive_batch` jobs) picks it: with reported estimates from its own reports (the estimate's
+`best_batch` on its placement, re-chosen after every report without a restart, as an AdaptDL job
+does); with the oracle, the true best batch size of each epoch (`sim.adaptive`).
 """
 
 from __future__ import annotations
@@ -16,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import estimates
 from ..executors.base import Executor
 from ..executors.registry import ExecutorKind
 from ..inventory import Inventory
@@ -25,6 +42,8 @@ from ..placement import placement_shape
 if TYPE_CHECKING:
     from ..service import Settings
 
+ESTIMATES = ("reported", "oracle")
+
 
 class JobModel(Protocol):
     def advance(
@@ -33,7 +52,8 @@ class JobModel(Protocol):
 
 
 class RigidModel:
-    """`duration` seconds on the requested GPUs; linear speed-up on more or fewer."""
+    """`duration` seconds on the requested GPUs; linear speed-up on more or fewer. Reports only
+    its progress (fraction of its GPU-seconds done)."""
 
     __slots__ = ("work",)
 
@@ -46,6 +66,9 @@ class RigidModel:
         if rate > 0 and rate * dt >= need:
             return self.work, need / rate
         return progress + rate * dt, None
+
+    def report(self, progress, shape, bsz) -> dict:
+        return {"progress": min(progress / self.work, 1.0)}
 
 
 def default_model(job: Job) -> JobModel:
@@ -70,28 +93,40 @@ class _Run:
     progress: float
     last: float  # time `progress` was computed at
     ready: float  # progress resumes at this time (after a restart's cost)
+    bsz: int | None  # the batch size it runs at (None: the oracle's best of each epoch)
+    reports: bool  # emits reports
     finish: float = math.inf
     version: int = 0
+    reported: float = -math.inf
 
 
 class SimExecutor(Executor):
-    """Simulated runs. Live (the server's `sim` executor) its `inventory` gives the nodes."""
+    """Simulated runs. Live (the server's `sim` executor) its `inventory` gives the nodes.
+    `estimates`: what the policy is told of a job — `reported` (what the job model reports, as
+    a live job would) or `oracle` (the ground truth: an upper bound)."""
 
     simulated = True
 
-    def __init__(self, restart_penalty: float = 0.0, model=default_model, inventory: Inventory | None = None):
+    def __init__(self, restart_penalty: float = 0.0, model=default_model, inventory: Inventory | None = None,
+                 estimates: str = "reported", report_every: float = 60.0):
+        if estimates not in ESTIMATES:
+            raise ValueError(f"estimates: expected one of {', '.join(ESTIMATES)}, got {estimates!r}")
         self.restart_penalty = restart_penalty
         self.model = model
         self.inventory = inventory
+        self.estimates = estimates
+        self.report_every = report_every
         self.runs: dict[int, _Run] = {}
+        self.models: dict[int, JobModel] = {}  # ground truth, by job id
+        self.done: dict[int, float] = {}  # true progress of jobs that are not running
         self.heap: list[tuple[float, int, int]] = []
         self._versions = itertools.count(1)  # unique across runs: a stale heap entry never matches
 
     def _plan(self, run: _Run) -> None:
         job = run.job
-        _, left = run.model.advance(run.progress, placement_shape(job.alloc), job.batch_size, math.inf)
+        _, left = run.model.advance(run.progress, placement_shape(job.alloc), run.bsz, math.inf)
         run.version = next(self._versions)
-        run.finish = run.ready + (left if left is not None else math.inf)
+        run.finish = max(run.ready, run.last) + (left if left is not None else math.inf)
         if run.finish < math.inf:
             heapq.heappush(self.heap, (run.finish, job.id, run.version))
 
@@ -100,15 +135,22 @@ class SimExecutor(Executor):
         start = max(run.last, run.ready)
         if now > start:
             shape = placement_shape(run.job.alloc)
-            run.progress, _ = run.model.advance(run.progress, shape, run.job.batch_size, now - start)
+            run.progress, _ = run.model.advance(run.progress, shape, run.bsz, now - start)
         run.last = max(run.last, now)
 
+    def _batch(self, job: Job, now: float) -> int | None:
+        """The batch size a run starts with: the job's, or the one it picks for its placement."""
+        if job.batch_size is not None or self.estimates == "oracle":
+            return job.batch_size
+        return estimates.estimate(job, now).best_batch(placement_shape(job.alloc))
+
     def start(self, job: Job, now: float) -> None:
-        model = job.extra.get("model")
+        model = self.models.get(job.id)
         if model is None:
-            model = job.extra["model"] = self.model(job)
-        run = _Run(job, model, job.extra.get("progress", 0.0), now, now + self.restart_penalty)
-        job.extra["_progress"] = functools.partial(self.progress, job)  # for goodput estimates
+            model = self.models[job.id] = self.model(job)
+        reports = hasattr(model, "report") and (not isinstance(model, RigidModel) or job.spec.elastic)
+        run = _Run(job, model, self.done.pop(job.id, 0.0), now, now + self.restart_penalty,
+                   self._batch(job, now), reports)
         self.runs[job.id] = run
         self._plan(run)
 
@@ -118,29 +160,38 @@ class SimExecutor(Executor):
         self._sync(run, now)
         job.alloc = new
         run.ready = now + self.restart_penalty
+        run.bsz = self._batch(job, now)
         self._plan(run)
 
     def replan(self, job: Job, now: float) -> None:
-        """The job's batch size changed on the same GPUs (a policy's choice): no restart cost."""
+        """The job's batch size changed on the same GPUs (its own choice): no restart cost."""
         run = self.runs[job.id]
         self._sync(run, now)
         self._plan(run)
 
     def progress(self, job: Job, now: float) -> float:
+        """The true progress (model units) of `job` at `now` — for the oracle and tests only."""
         run = self.runs.get(job.id)
         if run is None:
-            return job.extra.get("progress", 0.0)
+            return self.done.get(job.id, 0.0)
         self._sync(run, now)
         return run.progress
 
     def stop(self, job: Job, why: str, now: float) -> None:
         run = self.runs.pop(job.id)
         self._sync(run, now)
-        job.extra["progress"] = run.progress
+        self.done[job.id] = run.progress
         assert self.engine is not None
         self.engine.job_exited(job.id, -15, why, now)
 
     def advance(self, now: float) -> None:
+        if self.estimates == "oracle":  # every job the engine knows (queued too) gets its truth
+            from .oracle import oracle_estimate
+
+            assert self.engine is not None
+            for job in self.engine.active.values():
+                if "_oracle" not in job.extra:
+                    job.extra["_oracle"] = functools.partial(oracle_estimate, self, job)
         heap = self.heap
         while heap and heap[0][0] <= now:
             t, job_id, version = heapq.heappop(heap)
@@ -148,9 +199,27 @@ class SimExecutor(Executor):
             if run is None or run.version != version:
                 continue
             del self.runs[job_id]
-            run.job.extra["progress"] = run.progress
+            self.models.pop(job_id, None)
             assert self.engine is not None
             self.engine.job_exited(job_id, 0, "", now=t)
+        for run in self.runs.values():
+            if run.reports and now > run.ready and now - run.reported >= self.report_every - 1e-9:
+                self._report(run, now)
+
+    def _report(self, run: _Run, now: float) -> None:
+        """The job reports what it measured; a job that picks its batch size picks it again."""
+        job = run.job
+        self._sync(run, now)
+        shape = placement_shape(job.alloc)
+        rec = run.model.report(run.progress, shape, run.bsz)
+        rec.update(t=now, num_gpus=sum(shape), num_nodes=len(shape), restart=job.restarts)
+        estimates.ingest(job, [rec])
+        run.reported = now
+        if job.batch_size is None and self.estimates == "reported":
+            bsz = estimates.estimate(job, now).best_batch(shape)
+            if bsz is not None and bsz != run.bsz:
+                run.bsz = bsz
+                self._plan(run)  # progress is synced to now: the new batch size from here on
 
     def next_event_time(self) -> float | None:
         heap = self.heap

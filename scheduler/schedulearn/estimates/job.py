@@ -1,0 +1,273 @@
+"""One job's estimate: goodput on any placement, the best batch size, the work left.
+
+`estimate(job, now, history)` is all a policy may know of a job. It is built from the job's spec
+and its reports (`estimates.reports`) — identically live and in simulation — and is one of:
+
+* `Estimate` (reports): goodput = throughput x statistical efficiency, Pollux's definition.
+  Throughput = global batch / step time from the fitted model (`estimates.throughput`);
+  efficiency from the reported gradient statistics (`efficiency`; 1 without them). For a job that
+  adapts its batch size, goodput on a placement is at the batch size that maximises it within the
+  job's bounds. Where nothing was measured, speed-up is linear (the fit has no data).
+  Exploration cap (`max_gpus`): twice the largest GPU count the job has reported, at least its
+  minimum — a job grows by doubling as it is measured (Pollux).
+  Work left: the declared progress (fraction done) and how fast it moved between reports on each
+  configuration (`spans`): one unit of progress costs K goodput-seconds, K = sum(goodput(c) *
+  seconds on c) / sum(progress on c); the work left is (1 - progress) * K. Without declared
+  progress: the run-time predictor (`estimates.predict`) over finished jobs, less the attained
+  service; without history, the attained service plus an hour.
+* A simulation-only upper bound (`--estimates oracle`): the simulator hands the estimator the
+  job model's ground truth instead of the reports, through the same interface (`Estimate`'s
+  `goodput`, `best_batch` and `remaining_work`); `job.extra["_oracle"]` holds it and nothing
+  else puts it there.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..model import Job
+from . import reports as rep
+from .throughput import PerfParams, fit
+
+#: candidate global batch sizes tried per placement (geometrically spaced), as Pollux
+BATCH_CANDIDATES = 50
+#: a job is trusted up to this many times the most GPUs it was measured on (Pollux: 2)
+EXPLORE = 2.0
+#: seconds after which a throughput model is refitted to what changed since
+REFIT_AFTER = 600.0
+#: work left assumed when nothing predicts it (on top of the attained service), seconds on 1 GPU
+UNKNOWN_WORK_S = 3600.0
+
+
+def packed_shape(n: int, per_node: int) -> tuple[int, ...]:
+    """GPUs per node when n GPUs are packed on the fewest nodes."""
+    full, rest = divmod(n, per_node)
+    return (per_node,) * full + ((rest,) if rest else ())
+
+
+def efficiency_gain(sqr: float, var: float, batch, init_batch: float):
+    """Progress per step at global batch B, relative to one step at the initial batch B0:
+    (var + sqr) / (var / s + sqr), s = B / B0 (Pollux's statistical efficiency is gain / s)."""
+    s = np.asarray(batch, dtype=float) / init_batch
+    denom = var / s + sqr
+    return np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+
+
+def configure(r, batch, max_local: float, init_batch: float):
+    """Micro-batch m and accumulation steps a of global batch B on r GPUs (as AdaptDL does:
+    a = ceil(local / max_local) - 1, at least 1 on one GPU above the initial batch)."""
+    r = np.asarray(r, dtype=float)
+    local = np.ceil(np.asarray(batch, dtype=float) / r)
+    a = np.ceil(local / max_local - 1e-9) - 1
+    a = np.where((r == 1) & (np.asarray(batch) > init_batch), np.maximum(a, 1), np.maximum(a, 0))
+    m = np.maximum(np.ceil(local / (a + 1) - 1e-9), 1)
+    return m, a
+
+
+class Estimate:
+    """What the scheduler believes about a job, from its spec and reports."""
+
+    kind = "reported"
+
+    def __init__(self, job: Job, perf: PerfParams | None, prior: Any = None):
+        st = rep.state(job)
+        spec = job.spec
+        self.perf = perf
+        self.st = st
+        self.adaptive = bool(spec.adaptive_batch) and perf is not None and "grad" in st
+        self.batch = job.batch_size or st.get("batch_size") or spec.batch_size
+        self.b0 = st.get("init_batch_size") or spec.batch_size or self.batch or 1
+        self.bmax = max(st.get("max_batch_size") or self.batch or self.b0, self.b0)
+        self.lmax = st.get("max_local_bsz") or self.bmax
+        self.grad = st.get("grad")
+        seen = max(st.get("max_gpus", 0), prior.max_gpus if prior is not None else 0)
+        self.measured = seen
+        self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))
+        self.progress: float | None = st.get("progress")
+        self.key: Any = st.get("version", 0)
+        self._goodput: dict[tuple, float] = {}
+        self._k: tuple[float | None] | None = None
+
+    # -- goodput -------------------------------------------------------------------------------
+    def goodput_matrix(self, nodes: np.ndarray, gpus: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """Goodput (initial-batch samples per second, statistically) of each (nodes, GPUs) row at
+        each batch size column."""
+        r = gpus[:, None].astype(float)
+        b = batch[None, :].astype(float)
+        if self.perf is None:  # nothing measured: linear in the GPUs
+            return np.broadcast_to(r * 1.0, np.broadcast(r, b).shape).copy()
+        m, a = configure(r, b, self.lmax, self.b0)
+        t = self.perf.step_time(nodes[:, None], r, m, a)
+        gain = 1.0 if self.grad is None else efficiency_gain(self.grad[0], self.grad[1], b, self.b0)
+        eff_b = self.b0 if self.grad is not None else b
+        return eff_b * gain / t
+
+    def candidates(self, r: int) -> np.ndarray:
+        lo = max(self.b0, r)
+        if not self.adaptive or lo >= self.bmax:
+            return np.array([self.batch or self.b0], dtype=float)
+        cands = np.unique(np.round(np.geomspace(lo, self.bmax, BATCH_CANDIDATES)))
+        return cands
+
+    def goodput(self, shape: tuple[int, ...], batch: int | None = None) -> float:
+        key = (shape, batch)
+        hit = self._goodput.get(key)
+        if hit is None:
+            r = sum(shape)
+            b = np.array([batch], dtype=float) if batch else self.candidates(r)
+            g = self.goodput_matrix(np.array([len(shape)]), np.array([r]), b)[0]
+            hit = self._goodput[key] = float(g.max())
+        return hit
+
+    def best_batch(self, shape: tuple[int, ...]) -> int | None:
+        """The batch size with the most goodput on `shape` (the current one for a fixed-batch job)."""
+        if not self.adaptive:
+            return self.batch
+        r = sum(shape)
+        cands = self.candidates(r)
+        g = self.goodput_matrix(np.array([len(shape)]), np.array([r]), cands)[0]
+        return int(cands[int(np.argmax(g))])
+
+    def curve(self, top: int, per_node: int) -> list[float]:
+        """S[n] for n = 0..top: goodput on n packed GPUs over goodput on one (S[0] = 0)."""
+        if top < 1:
+            return [0.0]
+        n = np.arange(1, top + 1)
+        nodes = -(-n // per_node)
+        if self.adaptive:
+            cands = np.unique(np.round(np.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
+            g = self.goodput_matrix(nodes, n, cands)
+            g = np.where(cands[None, :] >= n[:, None], g, 0.0).max(axis=1)
+        else:
+            g = self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]
+        return [0.0] + (g / g[0]).tolist()
+
+    # -- work left -----------------------------------------------------------------------------
+    def work_per_progress(self) -> float | None:
+        """Goodput-seconds one unit of progress (the whole job) costs, from the spans (None when
+        the reports cannot tell)."""
+        if self._k is None:
+            self._k = (self._work_per_progress(),)
+        return self._k[0]
+
+    def _work_per_progress(self) -> float | None:
+        spans = self.st.get("spans")
+        if not spans:
+            return None
+        work = done = 0.0
+        for key, (dt, dp) in spans.items():
+            k, r, b = (int(x) if x != "None" else None for x in key.split(","))
+            shape = packed_shape(r, max(-(-r // k), 1))
+            work += dt * (self.goodput(shape, b) if self.perf is not None else r)
+            done += dp
+        return work / done if done > 1e-9 else None
+
+    def remaining_work(self) -> float | None:
+        """Goodput-seconds of work left (None when the reports cannot tell)."""
+        k = self.work_per_progress() if self.progress is not None else None
+        return None if k is None else max(1.0 - self.progress, 0.0) * k
+
+    def total_s1(self) -> float | None:
+        """The job's whole work in seconds on one GPU, as far as its progress tells."""
+        k = self.work_per_progress()
+        g = self.goodput((1,)) if self.perf is not None else 1.0
+        return k / g if k is not None and g > 0 else None
+
+    def remaining_s(self, shape: tuple[int, ...]) -> float | None:
+        """Seconds left on `shape` (at its best batch size), if the work left is known."""
+        w = self.remaining_work()
+        if w is None:
+            return None
+        g = self.goodput(shape) if self.perf is not None else float(sum(shape))
+        return w / g if g > 0 else None
+
+
+def estimate(job: Job, now: float, history: Any = None) -> Estimate:
+    """The job's current estimate (cached until new reports arrive). With `history`
+    (`estimates.predict.History`), the step times that finished jobs of the same family measured
+    count too (the job's own first): a re-run starts with a calibrated model."""
+    oracle = job.extra.get("_oracle")
+    if oracle is not None:
+        return oracle(now)
+    st = rep.state(job)
+    prior = history.prior(job) if history is not None else None
+    version = (st.get("version", 0), job.batch_size, prior.version if prior is not None else None)
+    slot = "_estimate" if prior is None else "_estimate_prior"  # the job's own view, the scheduler's
+    cached = job.extra.get(slot)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    est = Estimate(job, _perf(job, st, prior, now), prior)
+    job.extra[slot] = (version, est)
+    return est
+
+
+def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> PerfParams | None:
+    """The throughput model: refitted when the job (or its family) ran on a new (nodes, GPUs)
+    pair, when a quarter more configurations were measured, or `REFIT_AFTER` seconds after the
+    last fit if anything changed (a fit costs milliseconds; rounds happen every minute)."""
+    cfgs = st.get("configs") or {}
+    if prior is not None and prior.configs:
+        cfgs = {**prior.configs, **cfgs}
+    if not cfgs:
+        return None
+    obs = []
+    for key, (_, step, comp) in cfgs.items():
+        k, r, m, a = (int(x) for x in key.split(","))
+        obs.append((k, r, float(m), a, float(step), comp))
+    slot = "_perf" if prior is None or not prior.configs else "_perf_prior"
+    cached = job.extra.get(slot)
+    if cached is not None:
+        old_obs, perf, when = cached
+        if old_obs == obs:
+            return perf
+        pairs = {o[:2] for o in obs}
+        if pairs <= {o[:2] for o in old_obs} and len(obs) < 1.25 * len(old_obs) and now - when < REFIT_AFTER:
+            return perf
+    perf = fit(obs, start=cached[1] if cached is not None else None)
+    job.extra[slot] = (obs, perf, now)
+    return perf
+
+
+def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = None) -> float:
+    """Seconds the job still needs on one GPU (what the goodput policy weighs jobs by): from its
+    progress where it reports one, else `predicted` total (from history) less what it had, else
+    what it had plus an hour."""
+    left = est.remaining_s((1,))
+    if left is not None:
+        return left
+    had = job.attained(now)
+    if predicted is not None and math.isfinite(predicted):
+        return max(predicted - had, 0.1 * predicted, 60.0)
+    return had + UNKNOWN_WORK_S
+
+
+def summary(job: Job, now: float, history: Any = None) -> dict[str, Any]:
+    """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
+    runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
+    `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
+    similar finished jobs, less its service). Empty when nothing is known."""
+    from ..placement import placement_shape
+
+    st = rep.state(job)
+    out: dict[str, Any] = {}
+    if st.get("progress") is not None:
+        out["progress"] = round(float(st["progress"]), 4)
+    if not job.alloc or job.state.final:
+        return out
+    est = estimate(job, now, history)
+    shape = placement_shape(job.alloc)
+    left = est.remaining_s(shape)
+    if left is not None:
+        last = st.get("last")
+        since = now - last[0] if last is not None and now >= last[0] else 0.0
+        out["eta_s"] = round(max(left - since, 0.0), 1)
+        out["eta_basis"] = "progress"
+    elif history is not None and (predicted := history.predict(job)) is not None:
+        g1 = est.goodput((1,))
+        ratio = est.goodput(shape) / g1 if g1 > 0 else float(sum(shape))
+        out["eta_s"] = round(max(predicted - job.attained(now), 0.0) / max(ratio, 1e-9), 1)
+        out["eta_basis"] = "history"
+    return out

@@ -1,0 +1,209 @@
+"""How long a job will run, predicted from the jobs that finished before it.
+
+For jobs that declare no progress, the scheduler has only the job's features and history. The
+original Schedulearn predicted a job's duration as the mean of similar past jobs; surveys of
+run-time prediction for DL jobs name the model, data set, batch size, epochs and GPU count as the
+dominant features. Here:
+
+* `features(job)`: user, name (the notebook or job name), command (launcher and script), GPUs,
+  batch size, declared epochs, application — whatever the spec has.
+* `Predictor`: a back-off over feature subsets, most specific first (`LEVELS`); the prediction is
+  the median of the `recent` most recent finished jobs at the first level with at least
+  `min_count` of them (durations are heavy-tailed: the median of similar recent jobs predicts a
+  typical one far better than the mean, and users re-run the same job in bursts).
+* `MeanOfSimilar`: the baseline — the mean of all finished jobs at the first level with any.
+
+Both learn online (`add` as jobs finish). `benchmarks/bench_predict.py` measures them on the
+Philly and Pollux traces with a time-ordered split (median absolute percentage error).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..model import Job, JobState
+
+#: Feature subsets, most specific first; a job matches a level if it has every feature of it.
+LEVELS: tuple[tuple[str, ...], ...] = (
+    ("user", "name", "command", "gpus", "batch_size", "epochs", "application"),
+    ("user", "name", "gpus"),
+    ("user", "name"),
+    ("application", "batch_size", "epochs", "gpus"),
+    ("application", "batch_size"),
+    ("application",),
+    ("cluster", "gpus"),
+    ("cluster",),
+    ("user", "gpus"),
+    ("user",),
+    ("gpus",),
+    (),
+)
+
+
+def features(job: Job) -> dict[str, Any]:
+    """The features of a job the predictor may use (only those its spec has)."""
+    s = job.spec
+    f: dict[str, Any] = {"gpus": s.requested}
+    if s.user:
+        f["user"] = s.user
+    if s.name and s.name != "job":
+        f["name"] = s.name
+    if s.command:
+        f["command"] = " ".join([s.launcher.value, *s.command[:2]])
+    elif s.script is not None:
+        f["command"] = f"{s.launcher.value} script"
+    for key in ("batch_size", "epochs", "application"):
+        v = getattr(s, key)
+        if v is not None:
+            f[key] = v
+    return f
+
+
+def _key(level: tuple[str, ...], feats: Mapping[str, Any]) -> tuple | None:
+    if any(k not in feats for k in level):
+        return None
+    return (level, *(feats[k] for k in level))
+
+
+class Predictor:
+    """Median of the most recent similar finished jobs (see the module docstring)."""
+
+    name = "recent-median"
+
+    def __init__(self, recent: int = 10, min_count: int = 2, levels=LEVELS):
+        self.recent, self.min_count, self.levels = recent, min_count, levels
+        self.seen: dict[tuple, deque] = defaultdict(lambda: deque(maxlen=recent))
+
+    def add(self, feats: Mapping[str, Any], value: float) -> None:
+        if not (value > 0 and math.isfinite(value)):
+            return
+        for level in self.levels:
+            key = _key(level, feats)
+            if key is not None:
+                self.seen[key].append(value)
+
+    def predict(self, feats: Mapping[str, Any]) -> float | None:
+        for level in self.levels:
+            key = _key(level, feats)
+            vals = self.seen.get(key) if key is not None else None
+            if vals and (len(vals) >= self.min_count or not level):
+                s = sorted(vals)
+                mid = len(s) // 2
+                return s[mid] if len(s) % 2 else math.sqrt(s[mid - 1] * s[mid])
+        return None
+
+
+class MeanOfSimilar:
+    """The baseline: the mean of every finished job at the most specific level with any."""
+
+    name = "mean-of-similar"
+
+    def __init__(self, levels=LEVELS):
+        self.levels = levels
+        self.sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
+
+    def add(self, feats: Mapping[str, Any], value: float) -> None:
+        if not (value > 0 and math.isfinite(value)):
+            return
+        for level in self.levels:
+            key = _key(level, feats)
+            if key is not None:
+                s = self.sums[key]
+                s[0] += value
+                s[1] += 1
+
+    def predict(self, feats: Mapping[str, Any]) -> float | None:
+        for level in self.levels:
+            key = _key(level, feats)
+            s = self.sums.get(key) if key is not None else None
+            if s and s[1]:
+                return s[0] / s[1]
+        return None
+
+
+def family(job: Job) -> tuple:
+    """Jobs whose step times are alike: the same application (simulation), else the same user,
+    name (notebook and cell) and launcher."""
+    s = job.spec
+    if s.application is not None:
+        return ("application", s.application)
+    return ("job", s.user, s.name, s.launcher.value)
+
+
+class Prior:
+    """What the finished jobs of a family measured: step times per configuration (nodes, GPUs,
+    micro-batch, accumulation) as in `reports.state(job)["configs"]`, and the most GPUs seen."""
+
+    __slots__ = ("configs", "max_gpus", "version")
+
+    def __init__(self) -> None:
+        self.configs: dict[str, list] = {}
+        self.max_gpus = 0
+        self.version = 0
+
+    def add(self, state: dict) -> None:
+        for key, (n, step, comp) in (state.get("configs") or {}).items():
+            old = self.configs.get(key)
+            if old is None:
+                self.configs[key] = [n, step, comp]
+                continue
+            total = old[0] + n
+            old[1] = (old[1] * old[0] + step * n) / total
+            if comp is not None:
+                old[2] = comp if old[2] is None else (old[2] * old[0] + comp * n) / total
+            old[0] = total
+        self.max_gpus = max(self.max_gpus, state.get("max_gpus", 0))
+        self.version += 1
+
+
+class History:
+    """The jobs an engine has seen end (restored from its store): what predictions learn from —
+    the work a job needed (seconds on one GPU where its reports told, else its attained
+    GPU-seconds), and the step times each family of jobs measured (`Prior`)."""
+
+    def __init__(self) -> None:
+        self.predictor = Predictor()
+        self.count = 0
+        self._new: list[Job] = []  # folded in on the first prediction (replays never pay for it)
+        self._cache: dict[int, tuple[int, float | None]] = {}
+        self.priors: dict[tuple, Prior] = {}
+
+    def add(self, job: Job) -> None:
+        """A job ended: learn from it (its run time only if it succeeded)."""
+        state = job.extra.get("reports")
+        if state and state.get("configs"):
+            self.priors.setdefault(family(job), Prior()).add(state)
+        if job.state is JobState.succeeded:
+            self._new.append(job)
+            self.count += 1
+
+    def prior(self, job: Job) -> Prior | None:
+        """The step times measured by finished jobs of `job`'s family, if any."""
+        return self.priors.get(family(job)) if self.priors else None
+
+    def predict(self, job: Job) -> float | None:
+        """Predicted total work of `job` in seconds on one GPU (None without history)."""
+        if not self.count:
+            return None
+        for done in self._new:
+            work = done.extra.get("work_s1") or done.attained_base
+            self.predictor.add(features(done), float(work))
+        self._new.clear()
+        hit = self._cache.get(job.id)
+        if hit is not None and hit[0] == self.count:
+            return hit[1]
+        value = self.predictor.predict(features(job))
+        self._cache[job.id] = (self.count, value)
+        return value
+
+
+def mdape(pairs: Iterable[tuple[float, float]]) -> float:
+    """Median absolute percentage error of (predicted, actual) pairs, in per cent."""
+    errs = sorted(abs(p - a) / a for p, a in pairs if a > 0)
+    if not errs:
+        return math.nan
+    n = len(errs)
+    return 100.0 * (errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2)

@@ -1,0 +1,182 @@
+"""What jobs report, and what the scheduler keeps of it.
+
+A report is one JSON object — a line of the job directory's `metrics.jsonl`, written by
+`schedulearn.elastic.report(...)` (live), or a dict the simulated job model emits each round
+(simulation). Every field is optional except `t`:
+
+| field | meaning |
+|---|---|
+| `t` | when (seconds; wall clock live, virtual in simulation) |
+| `step_time` | seconds per optimiser step, gradient accumulation included |
+| `batch_size` | global batch size of those steps |
+| `num_gpus`, `num_nodes` | the placement it ran on (GPUs, nodes; default 1 node) |
+| `accum_steps` | micro-steps accumulated before the synchronised one (default 0) |
+| `compute_time` | seconds of one micro-step without gradient synchronisation |
+| `grad_sqr`, `grad_var` | squared norm of the true gradient; its variance at the initial batch size |
+| `init_batch_size`, `max_batch_size`, `max_local_bsz` | the batch sizes the job accepts |
+| `progress` | fraction of the job's declared work done, 0..1 |
+| `epoch` (+ `epochs`), `step` (+ `total_steps`) | the same as counts; `epochs` may come from the spec |
+| `restart` | the run number (a new run after each checkpoint-restart) |
+
+`ingest(job, records)` folds reports into `job.extra["reports"]` — small, JSON-able, persisted by
+the store — and bumps its version so cached estimates are rebuilt. Per configuration (nodes, GPUs,
+micro-batch, accumulation) the mean step and compute times; the latest gradient statistics; the
+batch-size bounds; the last progress; and, per (nodes, GPUs, batch), the running time and progress
+between consecutive reports of one run (`spans`), from which `estimates.job` works out the work
+left.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import nofollow
+from ..model import Job
+
+#: `Job.extra` key of the folded reports (persisted with the job).
+REPORTS_KEY = "reports"
+#: weight of a new report in the moving average of a configuration's step times
+SMOOTHING = 0.3
+#: how much the spans measured before a new one still count (recent rates matter most)
+SPAN_DECAY = 0.9
+_KEEP_CONFIGS = 64
+
+
+def state(job: Job) -> dict[str, Any]:
+    return job.extra.get(REPORTS_KEY) or {}
+
+
+def _num(rec: dict, key: str, kind=float, lo: float = 0.0) -> Any:
+    v = rec.get(key)
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        v = kind(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v >= lo else None
+
+
+def progress_of(rec: dict, epochs: int | None = None) -> float | None:
+    """The fraction of its work a report says the job has done (None if it does not say)."""
+    p = _num(rec, "progress")
+    if p is None:
+        e, total = _num(rec, "epoch"), _num(rec, "epochs") or epochs
+        if e is not None and total:
+            p = e / total
+        else:
+            s, total = _num(rec, "step"), _num(rec, "total_steps")
+            if s is not None and total:
+                p = s / total
+    return None if p is None else min(max(p, 0.0), 1.0)
+
+
+def ingest(job: Job, records: Iterable[dict[str, Any]]) -> int:
+    """Fold reports into the job's state; returns how many were used."""
+    st = job.extra.setdefault(REPORTS_KEY, {})
+    used = 0
+    for rec in records:
+        if not isinstance(rec, dict) or _num(rec, "t", lo=-math.inf) is None:
+            continue
+        _fold(st, rec, job.spec.epochs)
+        used += 1
+    if used:
+        st["version"] = st.get("version", 0) + used
+    return used
+
+
+def _avg(old: float | None, new: float | None, count: int) -> float | None:
+    if new is None:
+        return old
+    if old is None:
+        return new
+    w = max(1.0 / count, SMOOTHING)
+    return old + w * (new - old)
+
+
+def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
+    t = float(rec["t"])
+    r = _num(rec, "num_gpus", int, 1) or 1
+    k = min(_num(rec, "num_nodes", int, 1) or 1, r)
+    b = _num(rec, "batch_size", int, 1)
+    a = _num(rec, "accum_steps", int) or 0
+    step = _num(rec, "step_time")
+    run = _num(rec, "restart", int) or 0
+    for key in ("init_batch_size", "max_batch_size", "max_local_bsz"):
+        v = _num(rec, key, int, 1)
+        if v is not None:
+            st[key] = v
+    if b is not None:
+        st["batch_size"] = b
+    if step and b is not None:
+        m = max(math.ceil(math.ceil(b / r) / (a + 1)), 1)
+        cfgs = st.setdefault("configs", {})
+        ck = f"{k},{r},{m},{a}"
+        c = cfgs.get(ck) or [0, None, None]
+        c[0] += 1
+        c[1] = _avg(c[1], step, c[0])
+        c[2] = _avg(c[2], _num(rec, "compute_time") or None, c[0])
+        cfgs[ck] = c
+        if len(cfgs) > _KEEP_CONFIGS:  # the least measured go first
+            del cfgs[min(cfgs, key=lambda x: cfgs[x][0])]
+        st["max_gpus"] = max(st.get("max_gpus", 0), r)
+    sqr, var = _num(rec, "grad_sqr"), _num(rec, "grad_var")
+    if sqr is not None and var is not None and sqr + var > 0:
+        st["grad"] = [sqr, var]  # the job smooths its own statistics; they change as it trains
+    p = progress_of(rec, epochs)
+    if p is None:
+        return
+    last = st.get("last")
+    if last is not None and last[2] == run and last[3] == [k, r, b] and t > last[0] and p >= last[1]:
+        spans = st.setdefault("spans", {})
+        for v in spans.values():
+            v[0] *= SPAN_DECAY
+            v[1] *= SPAN_DECAY
+        sk = f"{k},{r},{b}"
+        span = spans.get(sk) or [0.0, 0.0]
+        span[0] += t - last[0]
+        span[1] += p - last[1]
+        spans[sk] = span
+    st["last"] = [t, p, run, [k, r, b]]
+    st["progress"] = p
+
+
+# -- live: metrics.jsonl -------------------------------------------------------------------------
+def load_reports(path: str | Path) -> list[dict[str, Any]]:
+    """The report objects of a job's `metrics.jsonl` (lines that are not JSON objects skipped)."""
+    out = []
+    try:
+        lines = nofollow.read_text(path).splitlines()  # the job's file: no link, no FIFO
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def refresh(job: Job, path: str | Path) -> bool:
+    """Fold the lines the job appended to its `metrics.jsonl` since the last call (a stat per
+    call when nothing changed). Live executors call it for every running job before each round."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return False
+    stamp = [st.st_mtime_ns, st.st_size]
+    if job.extra.get("_reports_stamp") == stamp:
+        return False
+    job.extra["_reports_stamp"] = stamp
+    records = load_reports(path)
+    seen = int(job.extra.get("reports_read", 0))
+    if len(records) < seen:  # a new file (the job's directory was reset): read it all
+        seen = 0
+    job.extra["reports_read"] = len(records)
+    return ingest(job, records[seen:]) > 0

@@ -1,0 +1,216 @@
+"""The estimator (`schedulearn.estimates`): the throughput fit, the exploration cap, statistical
+efficiency and the best batch size, the work left from reported progress, the run-time
+predictor, and the history of job families."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from schedulearn.estimates import PerfParams, estimate, fit, ingest, load_reports, packed_shape, refresh
+from schedulearn.estimates.job import efficiency_gain, remaining_s1
+from schedulearn.estimates.predict import History, MeanOfSimilar, Predictor, family, features, mdape
+from schedulearn.estimates.reports import progress_of
+from schedulearn.model import Job, JobSpec, JobState
+
+TRUE = PerfParams(alpha_c=0.02, beta_c=0.004, alpha_n=0.08, beta_n=0.01, alpha_r=0.02, beta_r=0.002,
+                  gamma=1.5)
+
+
+def _obs(k, r, m, a=0, perf=TRUE):
+    step = float(perf.step_time(k, r, m, a))
+    return (k, r, float(m), a, step, float(perf.compute_time(m)))
+
+
+def _job(**kw) -> Job:
+    spec = {"command": ["train"], "gpus": "auto", "max_gpus": 64, **kw}
+    return Job(id=1, spec=JobSpec(**spec), submit_time=0.0)
+
+
+def _report(t, n, batch, *, perf=TRUE, nodes=None, restart=0, **extra):
+    """What a job on n packed GPUs (4 a node) measures at global batch `batch` under `perf`."""
+    shape = packed_shape(n, 4)
+    k = nodes or len(shape)
+    m = math.ceil(batch / n)
+    return {"t": t, "num_gpus": n, "num_nodes": k, "batch_size": batch, "restart": restart,
+            "step_time": float(perf.step_time(k, n, m)), "compute_time": float(perf.compute_time(m)), **extra}
+
+
+# -- the throughput model --------------------------------------------------------------------------
+def test_fit_matches_what_it_saw_and_extrapolates_optimistically():
+    """Pollux's regularisers prefer small retrogression terms: beyond the data the model errs on
+    the fast side (the exploration cap bounds how far that is believed)."""
+    seen = [_obs(1, 1, m) for m in (16, 64)] + [_obs(1, r, 32) for r in (2, 3, 4)] + \
+           [_obs(k, 4 * k, 32) for k in (2, 3)]
+    perf = fit(seen)
+    for k, r, m, a, step, _ in seen:
+        assert float(perf.step_time(k, r, m, a)) == pytest.approx(step, rel=0.03)
+    for k, r, m in ((1, 4, 128), (4, 16, 16), (8, 32, 32), (2, 6, 8)):
+        ratio = float(perf.step_time(k, r, m)) / float(TRUE.step_time(k, r, m))
+        assert 0.8 < ratio < 1.03, (k, r, m, ratio)
+
+
+def test_fit_priors_where_the_data_cannot_tell():
+    one_gpu = fit([_obs(1, 1, 32)])
+    # one GPU, one micro-batch size: synchronisation unknown (speed-up linear: optimistic), the
+    # compute time split evenly between its constant and per-sample parts
+    assert one_gpu.alpha_c == pytest.approx(one_gpu.beta_c * 32, rel=1e-6)
+    t1 = float(one_gpu.step_time(1, 1, 32))
+    assert float(one_gpu.step_time(1, 2, 16)) < t1  # two GPUs share the batch, nothing to sync
+    on_node = fit([_obs(1, 1, 32), _obs(1, 2, 16), _obs(1, 4, 8)])
+    # never crossed nodes: the network is assumed at least 1.1x as slow as the node
+    assert on_node.alpha_n >= 1.1 * on_node.alpha_r - 1e-12
+    assert on_node.beta_n >= 1.1 * on_node.beta_r - 1e-12
+    assert fit([]) is None
+
+
+# -- the exploration cap ---------------------------------------------------------------------------
+def test_cap_is_twice_the_most_gpus_measured_or_what_the_spec_asks():
+    job = _job(batch_size=64)
+    assert estimate(job, 0.0).max_gpus == 1  # nothing measured: its minimum
+    ingest(job, [_report(10, 1, 64)])
+    assert estimate(job, 10.0).max_gpus == 2
+    ingest(job, [_report(20, 2, 64), _report(30, 4, 64)])
+    assert estimate(job, 30.0).max_gpus == 8
+    asked = _job(gpus=6, max_gpus=32, batch_size=64)
+    assert estimate(asked, 0.0).max_gpus == 6  # the user's own count is trusted from the start
+
+
+def test_curve_follows_the_fitted_model_and_is_linear_with_nothing_measured():
+    job = _job(batch_size=256)
+    assert estimate(job, 0.0).curve(4, 4) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    ingest(job, [_report(i, n, 256) for i, n in enumerate((1, 2, 4, 8, 16))])
+    s = estimate(job, 20.0).curve(16, 4)
+    for n in (2, 4, 8, 16):
+        shape = packed_shape(n, 4)
+        truth = TRUE.step_time(1, 1, 256) / TRUE.step_time(len(shape), n, math.ceil(256 / n))
+        assert s[n] == pytest.approx(float(truth), rel=0.05), n
+
+
+# -- statistical efficiency and the batch size ------------------------------------------------------
+def test_efficiency_gain_is_pollux_formula():
+    assert float(efficiency_gain(1.0, 0.0, 512, 128)) == pytest.approx(1.0)  # no noise: no gain
+    assert float(efficiency_gain(0.0, 1.0, 512, 128)) == pytest.approx(4.0)  # pure noise: linear
+    assert float(efficiency_gain(1.0, 1.0, 256, 128)) == pytest.approx(2 / 1.5)
+
+
+def test_best_batch_follows_the_gradient_noise():
+    def best(sqr, var):
+        job = _job(batch_size=64, adaptive_batch=True)
+        recs = [_report(i, n, 64, grad_sqr=sqr, grad_var=var, init_batch_size=64, max_batch_size=4096)
+                for i, n in enumerate((1, 2, 4))]
+        ingest(job, recs)
+        return estimate(job, 10.0).best_batch((4,))
+
+    noisy, clean = best(1e-3, 10.0), best(10.0, 1e-3)
+    assert noisy > 2000  # noisy gradients: large batches lose little efficiency
+    assert clean < 200  # a clean gradient: every extra sample is wasted
+    fixed = _job(batch_size=64)  # not adaptive: its own batch size
+    ingest(fixed, [_report(0, 1, 64, grad_sqr=1e-3, grad_var=10.0)])
+    assert estimate(fixed, 1.0).best_batch((4,)) == 64
+
+
+# -- progress and the work left --------------------------------------------------------------------
+def test_progress_from_fraction_epochs_or_steps():
+    assert progress_of({"progress": 0.25}) == 0.25
+    assert progress_of({"epoch": 3}, epochs=12) == 0.25
+    assert progress_of({"epoch": 3, "epochs": 6}) == 0.5
+    assert progress_of({"step": 50, "total_steps": 200}) == 0.25
+    assert progress_of({"progress": 1.7}) == 1.0
+    assert progress_of({"epoch": 3}) is None and progress_of({"progress": "x"}) is None
+
+
+def test_work_left_from_progress_and_the_observed_rate():
+    job = _job(batch_size=128)
+    rate = 1 / 2000  # of the job per second, on 2 GPUs
+    ingest(job, [_report(t, 2, 128, progress=t * rate) for t in (100, 160, 220, 280)])
+    est = estimate(job, 280.0)
+    assert est.progress == pytest.approx(280 * rate)
+    left = (1 - 280 * rate) / rate
+    assert est.remaining_s((2,)) == pytest.approx(left, rel=1e-6)
+    # elsewhere, through the fitted model: on 1 GPU by the ratio of goodputs
+    ratio = est.goodput((2,)) / est.goodput((1,))
+    assert est.remaining_s((1,)) == pytest.approx(left * ratio, rel=1e-6)
+    assert est.total_s1() == pytest.approx(2000 * ratio, rel=1e-6)
+
+
+def test_progress_across_a_restart_is_not_a_rate():
+    """The seconds between the last report of one run and the first of the next include the
+    restart: they are not counted."""
+    job = _job(batch_size=128)
+    ingest(job, [_report(0, 1, 128, progress=0.0), _report(60, 1, 128, progress=0.06),
+                 _report(300, 2, 128, progress=0.07, restart=1)])
+    (span,) = job.extra["reports"]["spans"].values()
+    assert span == pytest.approx([60.0, 0.06])
+
+
+def test_work_left_without_progress_comes_from_history_or_service():
+    job = _job(batch_size=128)
+    job.state, job.alloc, job.since = JobState.running, {"n": (0, 1)}, 0.0
+    est = estimate(job, 100.0)
+    assert est.remaining_s((1,)) is None
+    assert remaining_s1(job, est, 100.0) == pytest.approx(200 + 3600)  # attained 200 GPU-s, + 1 h
+    assert remaining_s1(job, est, 100.0, predicted=5000) == pytest.approx(4800)
+
+
+# -- reports, live -----------------------------------------------------------------------------------
+def test_reports_from_metrics_jsonl_fold_incrementally(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps(_report(1, 1, 64)), "not json", json.dumps({"t": 2, "loss": 1.0}), "[1, 2]"]
+    path.write_text("\n".join(lines) + "\n")
+    assert [r["t"] for r in load_reports(path)] == [1, 2]
+    job = _job(batch_size=64)
+    assert refresh(job, path) and not refresh(job, path)  # unchanged: nothing new
+    assert job.extra["reports"]["max_gpus"] == 1
+    with path.open("a") as f:
+        f.write(json.dumps(_report(3, 2, 64)) + "\n")
+    assert refresh(job, path)
+    assert job.extra["reports"]["max_gpus"] == 2 and job.extra["reports_read"] == 3
+    assert load_reports(tmp_path / "missing.jsonl") == []
+
+
+def test_bad_report_fields_are_ignored_not_trusted():
+    job = _job(batch_size=64)
+    ingest(job, [{"t": 1, "num_gpus": "many", "step_time": -1, "batch_size": 64, "progress": math.nan},
+                 {"no": "time"}])
+    st = job.extra["reports"]
+    assert "configs" not in st and "progress" not in st
+
+
+# -- history: run-time prediction and job families ---------------------------------------------------
+def test_predictors_on_a_synthetic_history():
+    """Durations of a job depend on its name and drift over time; the median of the recent
+    similar jobs follows, the mean of all similar ones lags behind the drift and the outliers."""
+    rng = np.random.default_rng(0)
+    pairs = {"recent": [], "mean": []}
+    recent, mean = Predictor(), MeanOfSimilar()
+    for i in range(3000):
+        name = f"nb{i % 5}"
+        base = 100 * (1 + i % 5) * (1 + i / 1000)
+        actual = base * float(rng.lognormal(0, 0.2)) * (20 if rng.random() < 0.05 else 1)
+        feats = {"name": name, "user": "u", "gpus": 1}
+        if i >= 1500:
+            pairs["recent"].append((recent.predict(feats), actual))
+            pairs["mean"].append((mean.predict(feats), actual))
+        recent.add(feats, actual)
+        mean.add(feats, actual)
+    assert mdape(pairs["recent"]) < 0.5 * mdape(pairs["mean"])
+    assert mdape([(110, 100), (50, 100), (100, 100)]) == pytest.approx(10.0)
+
+
+def test_features_and_history_priors():
+    spec = JobSpec(name="nb.ipynb:3", user="ana", command=["python", "train.py"], batch_size=64, epochs=5)
+    job = Job(id=7, spec=spec, submit_time=0.0)
+    assert features(job) == {"gpus": 1, "user": "ana", "name": "nb.ipynb:3",
+                             "command": "python python train.py", "batch_size": 64, "epochs": 5}
+    h = History()
+    assert h.predict(job) is None and h.prior(job) is None
+    done = Job(id=1, spec=spec, submit_time=0.0, state=JobState.succeeded, attained_base=900.0)
+    ingest(done, [_report(1, 4, 64), _report(2, 8, 64)])
+    h.add(done)
+    assert h.predict(job) == pytest.approx(900.0)
+    prior = h.prior(job)
+    assert prior.max_gpus == 8 and len(prior.configs) == 2
+    assert family(job) == family(done)
+    # a re-run of the family starts trusted up to twice what the family measured
+    assert estimate(job, 0.0, h).max_gpus == 16 and estimate(job, 0.0).max_gpus == 1

@@ -1,0 +1,124 @@
+"""In simulation, policies learn of a job only what it reports (`--estimates reported`, the
+default), exactly as live; `--estimates oracle` differs only in what the estimator is fed."""
+
+import json
+
+import pytest
+from schedulearn.estimates import Estimate, estimate
+from schedulearn.model import JobSpec, parse_cluster
+from schedulearn.sim.executor import RigidModel, SimExecutor
+from schedulearn.sim.oracle import OracleEstimate
+from schedulearn.sim.simulate import simulate
+from schedulearn.sim.traces import TraceJob, load_trace
+from schedulearn.store import persisted_extra
+
+
+class Hidden(RigidModel):
+    """A job whose reports say nothing about its length: step times of a Pollux-style model
+    (compute 0.01 + 0.005 m s per micro-batch of m, 0.02 s to synchronise), no progress. Its
+    true work (seconds on one GPU) is set per job and never reported."""
+
+    def __init__(self, work: float):
+        self.work = work
+
+    @staticmethod
+    def step(r: int) -> tuple[float, float]:
+        compute = 0.01 + 0.005 * 64 / r
+        return compute + (0.02 if r > 1 else 0.0), compute
+
+    def advance(self, progress, shape, bsz, dt):
+        rate = self.step(1)[0] / self.step(sum(shape))[0]  # 1-GPU seconds per second
+        need = self.work - progress
+        if rate * dt >= need:
+            return self.work, need / rate
+        return progress + rate * dt, None
+
+    def report(self, progress, shape, bsz):
+        step, compute = self.step(sum(shape))
+        return {"step_time": step, "compute_time": compute, "batch_size": 64}
+
+
+def _twins(short_first: bool, estimates: str):
+    """Two jobs with the same spec and the same reports; one has 10x the work of the other."""
+    works = {1: 2_000.0, 2: 20_000.0} if short_first else {1: 20_000.0, 2: 2_000.0}
+    spec = JobSpec(name="twin", gpus=1, min_gpus=1, max_gpus=8, duration=1.0)
+    trace = [TraceJob(0.0, spec, "t:1"), TraceJob(0.0, spec, "t:2")]
+    ex = SimExecutor(restart_penalty=30, model=lambda job: Hidden(works[job.id]), estimates=estimates)
+    r = simulate(trace, parse_cluster("1x8"), "goodput", interval=60, executor=ex, record=True)
+    first_end = min(j.end_time for j in r.jobs)
+    sizes = [(t, jid, sum(len(v) for v in alloc.values())) for t, jid, alloc in r.history if t < first_end]
+    return sizes, r
+
+
+def test_a_policy_cannot_reach_the_true_remaining_work():
+    """Swapping the hidden work of two identical-looking jobs changes nothing the policy decides
+    until one ends (reported); fed the truth (oracle), the shorter job gets more GPUs."""
+    a, ra = _twins(True, "reported")
+    b, rb = _twins(False, "reported")
+    assert a == b and len(a) >= 2
+    assert any(n > 1 for _, _, n in a)  # it did size them (the decisions are not trivial)
+    for run in (ra, rb):
+        for job in run.jobs:
+            assert "_oracle" not in job.extra
+            assert "grad" not in job.extra["reports"] and "progress" not in job.extra["reports"]
+    oa, _ = _twins(True, "oracle")
+    ob, _ = _twins(False, "oracle")
+    assert oa != ob
+    big = {t: n for t, jid, n in oa if jid == 1}  # job 1 is the short one in run `oa`
+    small = {t: n for t, jid, n in ob if jid == 1}  # ... and the long one in `ob`
+    assert any(big[t] > small.get(t, 0) for t in big)
+
+
+def _workload(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\n"
+                    "a,0,cifar10,4,512\nb,30,bert,2,96\nc,90,cifar10,2,256\nd,100,ncf,1,32768\n")
+    return load_trace(path)
+
+
+def _run(trace, policy, estimates):
+    return simulate(trace, parse_cluster("2x4"), policy, interval=60, restart_penalty=30, estimates=estimates)
+
+
+def test_the_modes_differ_only_in_what_the_estimator_is_fed(tmp_path):
+    """The simulated jobs run and report the same in both modes (a policy that reads no
+    estimates decides the same); only the oracle's jobs carry the truth, and only there."""
+    trace = _workload(tmp_path)
+    reported, oracle = (_run(trace, "las", mode) for mode in ("reported", "oracle"))
+    ends = [[(j.end_time, j.restarts) for j in r.jobs] for r in (reported, oracle)]
+    assert ends[0] == ends[1]
+    assert [j.extra["reports"] for j in reported.jobs] == [j.extra["reports"] for j in oracle.jobs]
+    assert all("_oracle" in j.extra for j in oracle.jobs)
+
+    run = _run(trace, "goodput", "reported")
+    for job in run.jobs:
+        assert "_oracle" not in job.extra
+        json.dumps(persisted_extra(job.extra))  # what the store keeps: plain data
+        private = {k: v for k, v in job.extra.items() if k.startswith("_")}
+        caches = {"_estimate", "_estimate_prior", "_perf", "_perf_prior"}  # the estimator's own
+        assert set(private) <= caches, set(private)
+        est = estimate(job, job.end_time)
+        assert type(est) is Estimate
+    run = _run(trace, "goodput", "oracle")
+    for job in run.jobs:
+        assert isinstance(job.extra["_oracle"](job.end_time), OracleEstimate)
+        assert issubclass(OracleEstimate, Estimate)  # the policy calls the same interface
+
+
+def test_simulated_jobs_report_what_live_jobs_report(tmp_path):
+    """Step times on the placements they ran on, gradient statistics, batch bounds, progress."""
+    run = _run(_workload(tmp_path), "goodput", "reported")
+    assert run.metrics["jobs"] == 4
+    cifar = next(j for j in run.jobs if j.spec.name == "a")
+    st = cifar.extra["reports"]
+    assert st["configs"] and st["max_gpus"] >= 1
+    assert st["grad"][0] > 0 and st["grad"][1] > 0
+    assert (st["init_batch_size"], st["max_batch_size"]) == (128, 4096)
+    assert 0 < st["progress"] <= 1 and st["spans"]
+    assert cifar.extra["work_s1"] > 0  # what it needed, learnt by the history
+    assert run.engine.history.count == 4
+
+
+def test_unknown_estimates_mode_is_one_line():
+    with pytest.raises(ValueError, match=r"^estimates: expected one of reported, oracle, got 'truth'$"):
+        SimExecutor(estimates="truth")

@@ -245,6 +245,27 @@ def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path):
     asyncio.run(main())
 
 
+def test_terminate_all_during_a_resize_starts_no_next_run(tmp_path):
+    """`terminate_all` (shutdown, a test's teardown) while a resize waits for the old run to go:
+    the next run must not start after it (it would outlive the server)."""
+    async def main():
+        async with live(tmp_path, grace=1.5) as (eng, ex):
+            job = eng.submit({"command": [PY, str(JOBS / "sigterm_job.py"), "ignore"]})
+            await wait_for(in_log(ex, job.id, "ready"), 30, "the job to start")
+            pgid = ex.pid(job.id)
+            old = dict(job.alloc)
+            job.restarts += 1  # what the engine records before it asks the executor to resize
+            ex.resize(job, old, time.time())
+            await wait_for(in_log(ex, job.id, "got SIGTERM"), 10, "the old run to be asked to stop")
+            await asyncio.to_thread(ex.terminate_all, 0.2)
+            await asyncio.sleep(2.5)  # past the resize thread's grace: where it would relaunch
+            assert group_gone(pgid)
+            assert not ex.is_running(job.id), "a run started after terminate_all"
+            assert "start #1" not in ex.logs(job.id), ex.logs(job.id)
+
+    asyncio.run(main())
+
+
 def test_external_kill_fails_the_job_and_frees_its_gpus_fast(tmp_path):
     async def main():
         async with live(tmp_path) as (eng, ex):

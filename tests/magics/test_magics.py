@@ -4,8 +4,8 @@ as processes, results come back over HTTP."""
 
 from __future__ import annotations
 
-import _thread
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -225,14 +225,15 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
 
 
 class _Interrupter(threading.Thread):
-    """Interrupts the main thread (as a kernel interrupt does) once the job named `name` runs;
-    `sent` says whether it did, `error` what stopped it from looking (a test that fails says
-    which)."""
+    """Interrupts the main thread as a kernel interrupt does (a real SIGINT, which also wakes a
+    sleeping system call) once the job named `name` runs; `sent` says whether it did, `handler`
+    what handled SIGINT then, `error` what stopped it from looking (a failing test says which)."""
 
     def __init__(self, client: Client, name: str):
         super().__init__(daemon=True)
         self.client, self.name = client, name
         self.sent: float | None = None
+        self.handler: object = None
         self.error: BaseException | None = None
         self.start()
 
@@ -242,8 +243,9 @@ class _Interrupter(threading.Thread):
             while time.monotonic() < deadline:
                 jobs = [j for j in self.client.jobs() if j["name"] == self.name]
                 if jobs and jobs[-1]["state"] == "running":
+                    self.handler = signal.getsignal(signal.SIGINT)
                     self.sent = time.monotonic()
-                    _thread.interrupt_main()
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                     return
                 time.sleep(0.1)
         except BaseException as e:  # noqa: BLE001 (reported by the test)
@@ -252,6 +254,7 @@ class _Interrupter(threading.Thread):
     def check(self) -> None:
         self.join()
         assert self.sent is not None, f"the interrupt was never sent: {self.error or 'the job never ran'}"
+        assert self.handler is signal.default_int_handler, f"SIGINT was handled by {self.handler!r}"
 
 
 def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client) -> None:

@@ -69,6 +69,7 @@ class _Relaunch:
     alloc: Allocation
     restarts: int
     cancel: str | None = None  # stopped (cancel/preempt) before the relaunch happened
+    shutdown: bool = False  # `terminate_all` came in between: no relaunch, no report
 
 
 class RunExecutor(JobDirExecutor):
@@ -188,6 +189,8 @@ class RunExecutor(JobDirExecutor):
             for run in runs:
                 run.superseded = True
                 run.stopping = run.stopping or "shutdown"
+            for nxt in self._relaunch.values():  # a resize under way must not start its next run
+                nxt.shutdown = True
         threads = [_thread(self._terminate, r, grace) for r in runs]
         for t in threads:
             t.join()
@@ -211,6 +214,8 @@ class RunExecutor(JobDirExecutor):
         job_id = run.job_id
         with self._lock:
             nxt = self._relaunch.pop(job_id)
+            if nxt.shutdown:
+                return
             if nxt.cancel is not None:
                 code = run.code if run.code is not None else -15
                 self._report(job_id, code, stopped_reason(nxt.cancel, run.killed))

@@ -224,6 +224,15 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
 
 
+@pytest.fixture
+def sigint_interrupts():
+    """Python's own SIGINT handler for the test: a kernel has one, but a test run started in the
+    background (`cmd &` in a script, nohup) inherits SIGINT ignored and Python keeps it so."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 class _Interrupter(threading.Thread):
     """Interrupts the main thread as a kernel interrupt does (a real SIGINT, which also wakes a
     sleeping system call) once the job named `name` runs; `sent` says whether it did, `handler`
@@ -257,7 +266,8 @@ class _Interrupter(threading.Thread):
         assert self.handler is signal.default_int_handler, f"SIGINT was handled by {self.handler!r}"
 
 
-def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client) -> None:
+def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client,
+                                          sigint_interrupts: None) -> None:
     t = _Interrupter(client, "interrupted")
     r = cell(shell, "--name interrupted", "import time\ntime.sleep(120)")
     t.check()
@@ -293,7 +303,8 @@ def test_a_job_cancelled_elsewhere_ends_the_cell_in_one_line(shell: InteractiveS
     assert str(err).startswith(f"job {err.job['id']} (cancelled-elsewhere) cancelled")
 
 
-def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client) -> None:
+def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client,
+                                             sigint_interrupts: None) -> None:
     shell.run_line_magic("config", "SchedulearnMagics.cancel_on_interrupt = False")
     t = _Interrupter(client, "kept-running")
     r = cell(shell, "--name kept-running", "import time\ntime.sleep(120)")

@@ -51,7 +51,7 @@ def parse(text: str, now: float | None = None) -> float:
     else:
         try:
             value = datetime.fromisoformat(raw).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             raise SpecError(f"deadline: cannot read {raw!r}; expected {ALLOWED}") from None
     check(value, now)
     return value

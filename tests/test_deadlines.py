@@ -143,6 +143,20 @@ def test_edf_preempts_for_an_earlier_deadline(tmp_path):
     assert jobs["long"].restarts == 1 and jobs["long"].end_time == pytest.approx(1100.0)
 
 
+def test_the_plot_marks_missed_deadlines(tmp_path):
+    pytest.importorskip("matplotlib")
+    from schedulearn.sim.plot import make_figure
+
+    trace = _trace(tmp_path, "a,0,4,100,150\nb,0,4,50,120\n")
+    results = [simulate(trace, parse_cluster("1x4"), p, record=True) for p in ("fifo", "edf")]
+    cdf, gantt = make_figure(results, "fifo").axes
+    labels = [t.get_text() for t in cdf.get_legend().get_texts()]
+    assert labels == ["fifo (avg 2.08 min, deadlines met 50%)", "edf (avg 1.67 min, deadlines met 100%)"]
+    (crosses,) = [ln for ln in gantt.get_lines() if ln.get_marker() == "x"]
+    assert list(crosses.get_xdata()) == [120.0]  # b, due at 120, ran second under fifo
+    assert "missed deadline (due)" in [t.get_text() for t in gantt.get_legend().get_texts()]
+
+
 def test_no_deadlines_no_deadline_metrics():
     assert deadline_metrics([]) == {}
     r = simulate(load_trace(ROOT / "tests/data/small-trace.csv"), parse_cluster("2x4"), "fifo")

@@ -8,9 +8,10 @@ work, which two sources tell: its own progress rate (`Estimate.total_s1`: the sp
 reports) and what similar finished jobs needed (`History.predict`). The first says little early
 on (a few minutes of the first epochs, whose statistical efficiency at a large batch is poor:
 it overestimates an adaptive job's work by up to 2x), so the two are blended, the job's own
-weighing in as its progress reaches `TRUST_PROGRESS`. Without progress, the prediction less the
-service had; with neither, unknown (None). A job that is not running on n GPUs now pays a
-restart (`restart_s`) first.
+weighing in as its progress reaches `TRUST_PROGRESS`; a prediction more than `AGREE` times off
+the job's own is dropped (the predictor backs off to ever less similar jobs). Without progress,
+the prediction less the service had; with neither, unknown (None). A job that is not running on
+n GPUs now pays a restart (`restart_s`) first.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from .job import Estimate, estimate
 RESTART_S = 30.0
 #: progress at which a job's own rate alone is trusted for its total work (blended before)
 TRUST_PROGRESS = 0.3
+#: the history's prediction counts only within this factor of the job's own rate's
+AGREE = 4.0
 
 
 def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = None) -> float | None:
@@ -37,6 +40,8 @@ def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
         if predicted is None:
             return None
         return max(predicted - job.attained(now), 0.1 * predicted)
+    if own is not None and predicted is not None and not own / AGREE <= predicted <= own * AGREE:
+        predicted = None  # "similar" jobs unlike this one (the predictor backs off to any job)
     if own is not None and predicted is not None:
         w = min(p / TRUST_PROGRESS, 1.0)
         total = w * own + (1.0 - w) * predicted

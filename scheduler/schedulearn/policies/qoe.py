@@ -43,7 +43,9 @@ class QoE(Goodput):
                        key=lambda j: (j.spec.deadline, j.id))
         for job in timed:  # 2. deadlines, earliest first
             n = self.needs(job, ctx, per_node)
-            if n and n <= left:
+            if n and n > left:  # not all it needs: at least it keeps what it has
+                n = job.size if job.size <= left else 0
+            if n:
                 self.give(job, n, size, ctx.now)
                 left -= n
         return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
@@ -58,12 +60,13 @@ class QoE(Goodput):
         trust = None if est.max_gpus is None else max(est.max_gpus, 2 * job.size)  # (its progress
         cap = top if trust is None else max(job.spec.min_size, min(top, trust))  # on job.size counts)
         margin = self.slack * (deadline - now)
-        for hopeful in (False, True):  # at today's speed-up, else at its later epochs' (throughput)
-            times = times_left(job, est, top, per_node, now, ctx.predict(job), hopeful)
-            if times is None:  # nothing known yet: what the user asked for
-                return min(job.spec.requested, cap)
-            if job.size and now + times[job.size] <= deadline:
-                return job.size  # on track where it runs: no restart
+        # at today's speed-up, and at the one its later epochs approach (throughput)
+        today, hope = (times_left(job, est, top, per_node, now, ctx.predict(job), h) for h in (False, True))
+        if today is None or hope is None:  # nothing known yet: what the user asked for
+            return min(job.spec.requested, cap)
+        if job.size and (now + today[job.size] <= deadline or now + hope[job.size] + margin <= deadline):
+            return job.size  # on track where it runs: no restart
+        for times in (today, hope):
             n = needed_gpus(job, times, now, restart, margin) or needed_gpus(job, times, now, restart)
             if n:
                 return min(max(n, job.size), cap)

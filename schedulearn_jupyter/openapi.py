@@ -7,6 +7,7 @@ from functools import cache
 from typing import Any
 
 from schedulearn import __version__, policies
+from schedulearn.deadlines import STATUSES
 from schedulearn.model import JobSpec, JobState
 
 STATES = [s.value for s in JobState]
@@ -58,6 +59,14 @@ JOB = {
         "eta_basis": {"type": "string", "enum": ["progress", "history"],
                       "description": "what eta_s comes from: the job's progress and rate, or "
                                      "similar finished jobs"},
+        "deadline": {"type": "number", "description": "finish by (seconds since the epoch), as submitted"},
+        "deadline_status": {"type": "string", "enum": list(STATUSES),
+                            "description": "the scheduler's estimate: on_track, at_risk (it needs more "
+                                           "GPUs than it has), will_miss (no size makes it), unknown; "
+                                           "met or missed once it ended"},
+        "deadline_left_s": {"type": "number", "description": "seconds to the deadline (negative: past)"},
+        "missed_by_s": {"type": "number", "minimum": 0,
+                        "description": "how late a job that finished after its deadline was"},
     },
 }
 
@@ -108,6 +117,11 @@ E503 = _error("The scheduler cannot answer: its store is unreachable, or (a Jupy
 def _spec_schemas() -> dict[str, Any]:
     schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
     defs = schema.pop("$defs", {})
+    deadline = schema["properties"]["deadline"]
+    deadline["anyOf"].insert(1, {"type": "string", "examples": ["2h", "90m", "18:00", "2026-11-24 18:00"]})
+    deadline["description"] = ("Finish by: seconds since the epoch, or (on submission) a duration from "
+                               "now, a time today or an ISO 8601 date and time, read on the server's "
+                               "clock; at most 30 days ahead. The qoe policy plans for it.")
     return {"JobSpec": schema, **defs}
 
 

@@ -141,7 +141,7 @@ def test_progress_across_a_restart_is_not_a_rate():
     ingest(job, [_report(0, 1, 128, progress=0.0), _report(60, 1, 128, progress=0.06),
                  _report(300, 2, 128, progress=0.07, restart=1)])
     (span,) = job.extra["reports"]["spans"].values()
-    assert span == pytest.approx([60.0, 0.06])
+    assert span == pytest.approx([60.0, 0.06, 128])  # seconds, progress, the batch size last used
 
 
 def test_work_left_without_progress_comes_from_history_or_service():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import time
 
 import pytest
 from schedulearn import policies
@@ -134,6 +135,10 @@ async def test_list_jobs_limit_gives_newest(sl_api):
         ({"command": ["x", "a\u0000b"]}, "command: NUL characters (\\u0000) are not allowed"),
         ({"command": ["x"], "env": {"K": "\u0000"}}, "env: NUL characters"),
         (None, "body: expected a JSON object (a JobSpec)"),
+        ({"command": ["x"], "deadline": 1e9}, "deadline: 2001-09-0"),  # (the 9th, UTC) ... is in the past
+        ({"command": ["x"], "deadline": "soon"}, "deadline: cannot read 'soon'; expected a duration"),
+        ({"command": ["x"], "deadline": "900h"}, "deadline: "),  # ... more than 30 days ahead
+        ({"command": ["x"], "deadline": [1]}, "deadline: expected a time in seconds since the epoch"),
     ],
 )
 async def test_bad_specs_are_400_and_store_nothing(sl_api, sl_manager, body, error):
@@ -143,6 +148,19 @@ async def test_bad_specs_are_400_and_store_nothing(sl_api, sl_manager, body, err
     assert "\n" not in data["error"]
     assert sl_manager.store.list_jobs() == [] and sl_manager.engine.jobs == {}
     assert (await sl_api("GET", "jobs"))[1] == {"jobs": []}
+
+
+async def test_a_deadline_may_be_given_as_people_say_it(sl_api):
+    """`"2h"` is read on the server's clock at submission; the job dict carries the deadline
+    and the scheduler's estimate of it, and, once the job ended, whether it was met."""
+    before = time.time()
+    code, job = await sl_api("POST", "jobs", {"command": ["true"], "deadline": "2h"})
+    assert code == 201, job
+    assert before + 7200 <= job["deadline"] == job["spec"]["deadline"] <= time.time() + 7200
+    assert job["deadline_status"] in ("unknown", "at_risk", "on_track")
+    assert 7190 < job["deadline_left_s"] <= 7200
+    job = await wait_state(sl_api, job["id"], {"succeeded"})
+    assert job["deadline_status"] == "met" and "deadline_left_s" not in job
 
 
 async def test_invalid_json_and_oversized_body(sl_api, sl_manager):

@@ -26,6 +26,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
+from schedulearn import deadlines
 from schedulearn.model import JobSpec, SpecError, gpus_from_text
 from traitlets import Bool, Float, Int
 
@@ -42,7 +43,7 @@ SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
-           "epochs": "--epochs"}
+           "epochs": "--epochs", "deadline": "--deadline"}
 _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
@@ -132,6 +133,10 @@ class SchedulearnMagics(Magics):
     @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h)")
     @argument("--epochs", type=int, default=None,
               help="the job's length in epochs: reported epochs count against it (progress, time left)")
+    @argument("--deadline", default=None, metavar="WHEN",
+              help="finish by: a duration from submission (2h, 90m, 1h30m), a time today (18:00) or a "
+                   "date and time (2026-11-24 18:00); the qoe policy plans for it, and the job view "
+                   "says whether it is on track")
     @cell_magic
     def schedulearn(self, line: str, cell: str) -> Any:
         """Run this cell as a job on the cluster's GPUs; its last expression comes back as the
@@ -199,6 +204,11 @@ class SchedulearnMagics(Magics):
             spec["image"] = args.image
         if args.epochs is not None:
             spec["epochs"] = args.epochs
+        if args.deadline is not None:
+            try:
+                spec["deadline"] = deadlines.parse(args.deadline)
+            except SpecError as e:
+                raise UsageError(str(e).replace("deadline: ", "--deadline: ", 1)) from None
         check_spec(spec)
         return spec
 

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from schedulearn.client import shown_gpus
+from schedulearn.deadlines import deadline_text
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -74,6 +75,8 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
         if state != "succeeded" and progress_text(job):
             parts.append(progress_text(job))
+    if deadline_text(job, now):
+        parts.append(deadline_text(job, now))
     why = str(job.get("reason") or "").strip()
     if state in ("failed", "cancelled") and why and why != state:  # not "cancelled, cancelled"
         parts.append(why.splitlines()[-1])

@@ -110,6 +110,38 @@ export function progressText(job: IJob): string {
   return parts.join(' · ');
 }
 
+const DEADLINE_WORDS: Record<string, string> = {
+  on_track: 'on track',
+  at_risk: 'at risk',
+  will_miss: 'will miss',
+  unknown: 'no estimate yet'
+};
+
+/**
+ * A job's deadline as users read it (`` without one): `due in 1h 5m · at risk`, `due 3m 0s ago`,
+ * `deadline met`, `missed by 12m 0s` — the scheduler's own estimate (`deadline_status`).
+ */
+export function deadlineText(job: IJob, now: number): string {
+  if (job.deadline === undefined || job.deadline === null) {
+    return '';
+  }
+  if (isFinal(job.state)) {
+    if (job.deadline_status === 'met') {
+      return 'deadline met';
+    }
+    if (job.deadline_status === 'missed') {
+      return job.missed_by_s ? `missed by ${formatDuration(job.missed_by_s)}` : 'deadline missed';
+    }
+    return '';
+  }
+  const left = job.deadline - now;
+  if (left <= 0) {
+    return `due ${formatDuration(-left)} ago`;
+  }
+  const words = DEADLINE_WORDS[job.deadline_status ?? ''];
+  return words ? `due in ${formatDuration(left)} · ${words}` : `due in ${formatDuration(left)}`;
+}
+
 /** The reported progress as a percentage 0-100, or null (not reported, or the job ended). */
 export function progressPercent(job: IJob): number | null {
   if (job.progress === undefined || job.progress === null || isFinal(job.state)) {

@@ -1,6 +1,7 @@
 /** The jobs table: state, user, GPUs, waited, ran (two lines a job); Cancel and Logs actions. */
 import { h } from './dom';
 import {
+  deadlineText,
   formatAlloc,
   formatDuration,
   isFinal,
@@ -65,7 +66,8 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
       `${gpus} GPU${gpus === '1' ? '' : 's'}`,
       `waited ${formatDuration(waited(job, now))}`,
       r === null ? null : `ran ${formatDuration(r)}`,
-      progressText(job) || null
+      progressText(job) || null,
+      deadlineText(job, now) || null
     ]
       .filter(x => x !== null)
       .join(' · ');

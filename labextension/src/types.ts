@@ -56,6 +56,12 @@ export interface IJob {
   eta_s?: number;
   /** What `eta_s` comes from: the job's own progress and rate, or similar finished jobs. */
   eta_basis?: 'progress' | 'history';
+  /** Finish by (seconds since the epoch), when the user gave a deadline. */
+  deadline?: number;
+  /** The scheduler's estimate of the deadline; `met` or `missed` once the job ended. */
+  deadline_status?: 'on_track' | 'at_risk' | 'will_miss' | 'unknown' | 'met' | 'missed';
+  /** How late a job that finished after its deadline was, in seconds. */
+  missed_by_s?: number;
   spec?: { gpus?: number | 'auto'; [key: string]: unknown };
 }
 

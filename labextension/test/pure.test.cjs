@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -105,4 +105,13 @@ test('progressText and progressPercent: what the estimate knows', () => {
   assert.equal(progressPercent(running), 42);
   assert.equal(progressPercent(job({ state: 'failed', progress: 0.3 })), null);
   assert.equal(progressPercent(job({ state: 'running', progress: 1.7 })), 100);
+});
+
+test('deadlineText: time to the deadline and the scheduler\'s estimate, then met or missed by', () => {
+  assert.equal(deadlineText(job({ state: 'running', deadline: 5000, deadline_status: 'at_risk' }), 1100), 'due in 1h 5m · at risk');
+  assert.equal(deadlineText(job({ deadline: 1600, deadline_status: 'will_miss' }), 1000), 'due in 10m 0s · will miss');
+  assert.equal(deadlineText(job({ state: 'running', deadline: 900, deadline_status: 'missed' }), 1080), 'due 3m 0s ago');
+  assert.equal(deadlineText(job({ state: 'succeeded', deadline: 900, deadline_status: 'met' }), 2000), 'deadline met');
+  assert.equal(deadlineText(job({ state: 'succeeded', deadline: 900, deadline_status: 'missed', missed_by_s: 720 }), 2000), 'missed by 12m 0s');
+  assert.equal(deadlineText(job({ state: 'running' }), 1000), '');
 });

@@ -25,6 +25,8 @@ EXTENSIONS = ("schedulearn_jupyter.serve",)
 
 RESULT_KEYS = ("policy", "jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
                "gpu_utilization")
+#: with a trace that has deadlines (`sim.metrics.deadline_metrics`)
+DEADLINE_KEYS = ("deadline_jobs", "deadline_met", "avg_tardiness_s", "be_avg_jct_s")
 
 EXAMPLES = """\
 examples:
@@ -38,16 +40,21 @@ A trace is a CSV; its format is detected from the header:
   name,submit_time,gpus,duration                      rigid jobs (seconds)
   timestamp,duration,num_gpus,gpu_time,cluster        the Philly summary (--start, --limit)
   name,time,application,num_replicas,batch_size       a Pollux workload (application models)
+Rigid and Pollux traces may end with a deadline column: seconds after submission (empty: none).
 
 Output (--json): one object per policy with policy, jobs, avg_jct_s, p50_jct_s, p99_jct_s,
-makespan_s, avg_queue_s, gpu_utilization. JCT = finish - submit; makespan = last finish - first
-submit; utilisation = busy GPU-seconds / (GPUs x makespan).
+makespan_s, avg_queue_s, gpu_utilization; with a trace that has a deadline column, also
+deadline_jobs, deadline_met (the share of them that finished by their deadline), avg_tardiness_s
+(mean lateness, 0 when on time) and be_avg_jct_s (the average JCT of the jobs without one).
+JCT = finish - submit; makespan = last finish - first submit; utilisation = busy GPU-seconds /
+(GPUs x makespan).
 
 examples:
   schedulearn simulate tests/data/small-trace.csv --policy fifo --cluster 2x4
   schedulearn simulate traces/philly.csv --policy all --cluster 8x8 --limit 2000
   schedulearn simulate traces/philly.csv --policy las --cluster 300x8 --json
   schedulearn simulate traces/pollux/workloads/workload-1.csv --policy las,goodput --plot jct.png
+  schedulearn simulate traces/pollux/workloads-deadline/workload-1.csv --policy qoe,goodput,edf
 
 A Pollux workload runs by default in the set-up it was published with: --cluster 16x4
 --interval 60 --restart-penalty 30. The settings used are printed on stderr.
@@ -151,7 +158,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
                   file=sys.stderr, flush=True)
-    metrics = [{k: r.metrics[k] for k in RESULT_KEYS} for r in results]
+    metrics = [{k: r.metrics[k] for k in RESULT_KEYS + DEADLINE_KEYS if k in r.metrics} for r in results]
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
@@ -186,6 +193,11 @@ def _print_results(rows: list[dict[str, Any]], hosts: int, gpus: int) -> None:
     head = ["policy", "jobs", "avg JCT s", "p50 JCT s", "p99 JCT s", "makespan s", "avg queue s", "GPU util"]
     body = [[r["policy"], str(r["jobs"]), *(f"{r[k]:,.0f}" for k in RESULT_KEYS[2:7]),
              f"{100 * r['gpu_utilization']:.1f}%"] for r in rows]
+    if any("deadline_met" in r for r in rows):  # the trace has deadlines
+        head += ["deadlines met", "avg tardiness s"]
+        for r, line in zip(rows, body, strict=True):
+            line += [f"{100 * r['deadline_met']:.1f}% of {r['deadline_jobs']}",
+                     f"{r['avg_tardiness_s']:,.0f}"]
     print(f"{hosts} hosts, {gpus} GPUs")
     _table([head] + body, right=range(1, len(head)))
 

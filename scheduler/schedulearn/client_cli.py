@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import deadlines
 from .client import Client, ClientError, shown_gpus
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
@@ -40,6 +41,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--priority", type=int, default=None)
     p.add_argument("--workdir", help="working directory of the job")
     p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
+    p.add_argument("--deadline", metavar="WHEN",
+                   help="finish by: a duration from now (2h, 90m, 1h30m), a time today (18:00) or a date "
+                        "and time (2026-11-24 18:00); the qoe policy plans for it")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
@@ -118,6 +122,11 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
+    if args.deadline is not None:
+        try:
+            spec["deadline"] = deadlines.parse(args.deadline)
+        except SpecError as e:
+            raise ClientError(str(e)) from None
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -190,10 +199,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"jobs": jobs})
         return 0
-    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "PROGRESS", "REASON"]]
+    rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "PROGRESS", "DEADLINE", "REASON"]]
     for j in jobs:
         rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], shown_gpus(j),
-                     _ago(j["submit_time"]) + " ago", _progress(j), (j.get("reason") or "")[:90]])
+                     _ago(j["submit_time"]) + " ago", _progress(j),
+                     deadlines.deadline_text(j).removeprefix("deadline ") or "-",
+                     (j.get("reason") or "")[:90]])
     _table(rows)
     return 0
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Protocol
 
-from . import estimates, policies
+from . import deadlines, estimates, policies
 from .estimates.predict import History
 from .executors.base import Executor, ExecutorError, launch_failure
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
@@ -115,6 +115,7 @@ class Engine:
         self.clock = clock
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.history = History()  # finished jobs: what run-time predictions learn from
+        self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
         self.rounds = 0
         self.closed = False
         self._dirty = True
@@ -151,6 +152,8 @@ class Engine:
             got = spec.min_size if spec.gpus == "auto" else spec.gpus
             raise SpecError(f"gpus: at most {total} (the GPUs of this cluster), got {got}")
         now = self.clock() if now is None else now
+        if spec.deadline is not None:
+            deadlines.check(spec.deadline, now)
         job = Job(id=self._next_id, spec=spec, submit_time=now, since=now, batch_size=spec.batch_size)
         if self.store is not None:  # first: a failing store leaves no trace in memory either
             with self.store.transaction():  # the job and its first event, both or neither
@@ -161,6 +164,9 @@ class Engine:
         self.active[job.id] = job
         self._track(job)
         self._changed(job, "submitted", now)
+        if spec.deadline is not None:
+            self._deadlined[job.id] = job
+            self._watch_deadline(job, now)  # one that cannot make it is told at once
         return job
 
     def get(self, job_id: int) -> Job:
@@ -308,9 +314,27 @@ class Engine:
         d = job.to_dict(now)
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
-        if estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count):
-            d.update(estimates.summary(job, now, self.history))
+        if job.spec.deadline is not None:
+            d["deadline"] = job.spec.deadline
+        known = estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count)
+        if known or job.spec.deadline is not None:
+            d.update(estimates.summary(job, now, self.history, self.total_gpus, self.per_node))
         return d
+
+    @property
+    def per_node(self) -> int:
+        """GPUs on the largest healthy node (how speed-up curves pack GPUs)."""
+        return max((len(n.gpus) for n in self.nodes if n.healthy), default=1)
+
+    def _watch_deadline(self, job: Job, now: float) -> None:
+        """A `deadline` event when the scheduler's estimate of a job's deadline changes (on track,
+        at risk, will miss; met or missed at its end): what the widget and the sidebar show."""
+        info = estimates.deadline_summary(job, now, self.history, self.total_gpus, self.per_node)
+        status = info.get("deadline_status")
+        if status is None or status == job.extra.get("deadline_status"):
+            return
+        job.extra["deadline_status"] = status
+        self._changed(job, "deadline", now, **info)
 
     def waiting_reason(self, job: Job) -> str:
         """Why a queued job waits: what it needs, what is free, and its place in the queue (by
@@ -334,6 +358,8 @@ class Engine:
         self._in_round = True
         try:
             self._round(now)
+            for job in list(self._deadlined.values()):
+                self._watch_deadline(job, now)
         except BaseException:
             self._dirty = True  # try again at the next wake-up or tick
             raise
@@ -496,6 +522,9 @@ class Engine:
             final(job)
         self.active.pop(job.id, None)
         self._learn(job, now)
+        if self._deadlined.pop(job.id, None) is not None:
+            job.extra["deadline_status"] = estimates.deadline_summary(
+                job, now, None, 0, 1).get("deadline_status")
         self._changed(job, state.value, now, stored=ahead and self.store is not None)
 
     def _learn(self, job: Job, now: float) -> None:
@@ -604,6 +633,8 @@ class Engine:
                 self.history.add(job)
             else:
                 self.active[job.id] = job
+                if job.spec.deadline is not None:
+                    self._deadlined[job.id] = job
                 if job.alloc:
                     self.pool.take(job.alloc)
                 if job.releasing:
@@ -710,7 +741,7 @@ class RealClock:
 
 
 _ID = attrgetter("id")
-_ROUND_OWN = frozenset({"started", "resized", "preempted"})
+_ROUND_OWN = frozenset({"started", "resized", "preempted", "deadline"})
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 

@@ -95,6 +95,8 @@ class JobSpec(BaseModel):
     adaptive_batch: StrictBool = False
     #: the job's declared length in epochs (its reports' `epoch` count against it; a predictor feature)
     epochs: StrictInt | None = Field(None, ge=1)
+    #: finish by this time (seconds since the epoch; virtual seconds in simulation): `deadlines`
+    deadline: Annotated[float, Field(strict=True)] | None = Field(None, gt=0, allow_inf_nan=False)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -237,6 +239,7 @@ _LOC_HINTS = {
     "duration": "expected a number of seconds > 0",
     "adaptive_batch": "expected true or false",
     "epochs": "expected an integer >= 1",
+    "deadline": "expected a time in seconds since the epoch, after submission and within 30 days",
 }
 
 

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import policies
+from . import deadlines, policies
 from .accounts import NoAccount, UserMap, check_can_switch
 from .engine import Engine, JobFinished, JobNotFound, RealClock, StoreWriteFailed
 from .events import EventHub, EventStream, Subscription
@@ -344,6 +344,8 @@ class SchedulerService:
             if not data.get(key):
                 data[key] = value
         try:
+            if "deadline" in data:  # `2h`, `18:00`, ISO 8601: against the server's clock
+                data["deadline"] = deadlines.resolve(data["deadline"], self.engine.clock())
             spec = JobSpec.parse(data)
             self._check_runnable(spec)
             _check_storable(spec)

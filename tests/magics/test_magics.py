@@ -15,6 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
+from schedulearn_magics import views
 from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted
 
 from tests.conftest import require
@@ -80,6 +81,18 @@ def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: C
     assert r.result == ("hello", "a b", "2")
     spec = client.jobs()[-1]["spec"]
     assert spec["priority"] == 5 and spec["gpus"] == 2
+
+
+def test_a_deadline_reaches_the_spec_and_the_job_view(shell: InteractiveShell, client: Client) -> None:
+    """`--deadline 2h` is two hours after submission; the job dict and its text say so."""
+    before = time.time()
+    handle = cell(shell, "--deadline 2h --no-wait", "'ok'").result
+    assert before + 7200 <= handle.job["spec"]["deadline"] <= time.time() + 7200
+    assert handle.job["deadline"] == handle.job["spec"]["deadline"]
+    assert "deadline in 2 h 00 min" in views.status_line(handle.job)
+    assert handle.result(timeout=60) == "ok"
+    done = client.job(handle.id)
+    assert done["deadline_status"] == "met" and views.status_detail(done).endswith("deadline met")
 
 
 def test_epochs_reach_the_spec_and_count_reported_epochs(shell: InteractiveShell, client: Client,
@@ -149,6 +162,8 @@ def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell)
         ("--env NOEQUALS", "1", "--env: expected K=V"),
         ("--timeout soon", "1", "--timeout: expected a duration"),
         ("--epochs 0", "1", "--epochs: expected an integer >= 1, got 0"),
+        ("--deadline soon", "1", "--deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m)"),
+        ("--deadline 900h", "1", "--deadline: "),
         ("--min-gpus 3 --max-gpus 2 --gpus auto", "1", "--min-gpus: must be <= --max-gpus"),
         ("", "x = (1,\nprint(x)", "cell: syntax error"),
         ("", "   \n", "cell: empty"),

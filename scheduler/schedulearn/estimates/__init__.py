@@ -10,9 +10,10 @@ declare no progress get a run time predicted from finished jobs (`estimates.pred
 This package never imports `schedulearn.sim`: ground truth stays in the simulator.
 """
 
+from .deadline import summary as deadline_summary
 from .job import Estimate, estimate, packed_shape, remaining_s1, summary
 from .reports import REPORTS_KEY, ingest, load_reports, progress_of, refresh
 from .throughput import PerfParams, fit
 
-__all__ = ["REPORTS_KEY", "Estimate", "PerfParams", "estimate", "fit", "ingest", "load_reports",
-           "packed_shape", "progress_of", "refresh", "remaining_s1", "summary"]
+__all__ = ["REPORTS_KEY", "Estimate", "PerfParams", "deadline_summary", "estimate", "fit", "ingest",
+           "load_reports", "packed_shape", "progress_of", "refresh", "remaining_s1", "summary"]

@@ -131,10 +131,18 @@ class Estimate:
         g = self.goodput_matrix(np.array([len(shape)]), np.array([r]), cands)[0]
         return int(cands[int(np.argmax(g))])
 
-    def curve(self, top: int, per_node: int) -> list[float]:
-        """S[n] for n = 0..top: goodput on n packed GPUs over goodput on one (S[0] = 0)."""
+    def curve(self, top: int, per_node: int, efficiency: bool = True) -> list[float]:
+        """S[n] for n = 0..top: goodput on n packed GPUs over goodput on one (S[0] = 0); with
+        `efficiency=False`, throughput (samples per second at the best batch size): what the
+        job's later epochs, whose gradients tolerate larger batches, come close to."""
         if top < 1:
             return [0.0]
+        if not efficiency and self.grad is not None:
+            grad, self.grad = self.grad, None
+            try:
+                return self.curve(top, per_node)
+            finally:
+                self.grad = grad
         n = np.arange(1, top + 1)
         nodes = -(-n // per_node)
         if self.adaptive:
@@ -158,10 +166,10 @@ class Estimate:
         if not spans:
             return None
         work = done = 0.0
-        for key, (dt, dp) in spans.items():
-            k, r, b = (int(x) if x != "None" else None for x in key.split(","))
+        for key, value in spans.items():
+            k, r, dt, dp, b = _span(key, value)
             shape = packed_shape(r, max(-(-r // k), 1))
-            work += dt * (self.goodput(shape, b) if self.perf is not None else r)
+            work += dt * (self.goodput(shape, None if self.adaptive else b) if self.perf is not None else r)
             done += dp
         return work / done if done > 1e-9 else None
 
@@ -183,6 +191,14 @@ class Estimate:
             return None
         g = self.goodput(shape) if self.perf is not None else float(sum(shape))
         return w / g if g > 0 else None
+
+
+def _span(key: str, value: list) -> tuple[int, int, float, float, int | None]:
+    """(nodes, GPUs, seconds, progress, batch size) of a span: key `k,r`, value `[dt, dp, b]`
+    (reports stored before the batch size moved into the value: key `k,r,b`, value `[dt, dp]`)."""
+    k, r, *old = key.split(",")
+    b = value[2] if len(value) > 2 else (int(old[0]) if old and old[0] != "None" else None)
+    return int(k), int(r), float(value[0]), float(value[1]), b
 
 
 def estimate(job: Job, now: float, history: Any = None) -> Estimate:
@@ -244,17 +260,24 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
     return had + UNKNOWN_WORK_S
 
 
-def summary(job: Job, now: float, history: Any = None) -> dict[str, Any]:
+def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
+            per_node: int = 1) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
     runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
     `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
-    similar finished jobs, less its service). Empty when nothing is known."""
+    similar finished jobs, less its service); for a job with a deadline, its status
+    (`estimates.deadline.status`, on up to the `capacity` GPUs it may use). Empty when nothing is
+    known."""
     from ..placement import placement_shape
 
     st = rep.state(job)
     out: dict[str, Any] = {}
     if st.get("progress") is not None:
         out["progress"] = round(float(st["progress"]), 4)
+    if job.spec.deadline is not None:
+        from .deadline import summary as deadline_summary
+
+        out.update(deadline_summary(job, now, history, capacity, per_node))
     if not job.alloc or job.state.final:
         return out
     est = estimate(job, now, history)

@@ -21,9 +21,9 @@ A report is one JSON object — a line of the job directory's `metrics.jsonl`, w
 `ingest(job, records)` folds reports into `job.extra["reports"]` — small, JSON-able, persisted by
 the store — and bumps its version so cached estimates are rebuilt. Per configuration (nodes, GPUs,
 micro-batch, accumulation) the mean step and compute times; the latest gradient statistics; the
-batch-size bounds; the last progress; and, per (nodes, GPUs, batch), the running time and progress
-between consecutive reports of one run (`spans`), from which `estimates.job` works out the work
-left.
+batch-size bounds; the last progress; and, per (nodes, GPUs), the running time and progress
+between consecutive reports of one run and the last batch size (`spans`), from which
+`estimates.job` works out the work left.
 """
 
 from __future__ import annotations
@@ -131,15 +131,16 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
     if p is None:
         return
     last = st.get("last")
-    if last is not None and last[2] == run and last[3] == [k, r, b] and t > last[0] and p >= last[1]:
+    if last is not None and last[2] == run and last[3][:2] == [k, r] and t > last[0] and p >= last[1]:
         spans = st.setdefault("spans", {})
         for v in spans.values():
             v[0] *= SPAN_DECAY
             v[1] *= SPAN_DECAY
-        sk = f"{k},{r},{b}"
-        span = spans.get(sk) or [0.0, 0.0]
+        sk = f"{k},{r}"  # (an adaptive job changes its batch size as it goes: the rate on the GPUs)
+        span = spans.get(sk) or [0.0, 0.0, b]
         span[0] += t - last[0]
         span[1] += p - last[1]
+        span[2] = b
         spans[sk] = span
     st["last"] = [t, p, run, [k, r, b]]
     st["progress"] = p

@@ -8,13 +8,16 @@ from functools import cache
 from .. import plugins
 from ..model import SpecError
 from .base import Policy, RoundContext, Want
+from .edf import EarliestDeadlineFirst
 from .elastic_fifo import ElasticFifo
 from .fifo import Fifo
 from .goodput import Goodput
 from .las import LeastAttainedService
+from .qoe import QoE
 from .round_robin import RoundRobin
 
-BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService, Goodput)
+BUILTIN: tuple[type[Policy], ...] = (Fifo, ElasticFifo, RoundRobin, LeastAttainedService, Goodput,
+                                     EarliestDeadlineFirst, QoE)
 ENTRY_POINT_GROUP = "schedulearn.policies"
 
 __all__ = ["Policy", "RoundContext", "Want", "available", "create", "policy_classes"]

@@ -53,14 +53,7 @@ class Goodput(Policy):
         self._boost = {k: t for k, t in self._boost.items() if k in active and t > now}
         order = sorted(ctx.jobs, key=lambda j: self.priority(j, now))
         size: dict[Job, int] = {}
-        for job in order:  # 1. admission
-            if not left:
-                break
-            if job.spec.min_size <= left:
-                size[job] = job.spec.min_size
-                left -= job.spec.min_size
-                if job.id not in self._boost and self.starving(job, now):
-                    self._boost[job.id] = now + self.starve_after  # it runs at least as long as it waited
+        left = self.admit(ctx, order, size, per_node)  # 1. admission
         rank = self.ranks([j for j in order if j.spec.elastic], ctx)
         value = {job: self.values(job, ctx, per_node, rank[job.id]) for job in size if job.spec.elastic}
         heap: list[tuple[float, int, Job, int]] = []
@@ -91,6 +84,23 @@ class Goodput(Policy):
                               default=NEVER)  # the next waiting job to starve (preempted ones: now)
         # All of it fits: hand it over largest first, which places with less fragmentation.
         return sorted(((job, size[job]) for job in order if job in size), key=lambda w: -w[1])
+
+    def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
+        """Every job its minimum, in `order`, while GPUs are left; the GPUs left."""
+        left = ctx.capacity - sum(size.values())
+        for job in order:
+            if not left:
+                break
+            if job not in size and job.spec.min_size <= left:
+                self.give(job, job.spec.min_size, size, ctx.now)
+                left -= job.spec.min_size
+        return left
+
+    def give(self, job: Job, n: int, size: dict[Job, int], now: float) -> None:
+        """Admit `job` with n GPUs (a starving one keeps the front as long as it waited)."""
+        size[job] = n
+        if job.id not in self._boost and self.starving(job, now):
+            self._boost[job.id] = now + self.starve_after
 
     def next_change(self, running: list[Job], now: float) -> float:
         """With elastic jobs, every tick (speed-ups, weights and restart factors move with

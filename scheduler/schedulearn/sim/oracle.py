@@ -52,7 +52,7 @@ class OracleEstimate(Estimate):
     def best_batch(self, shape: tuple[int, ...]) -> int | None:
         return None if self.rigid else self._batch_for(shape)
 
-    def curve(self, top: int, per_node: int) -> list[float]:
+    def curve(self, top: int, per_node: int, efficiency: bool = True) -> list[float]:
         base = self.goodput(packed_shape(1, per_node))
         return [0.0] + [self.goodput(packed_shape(n, per_node)) / base for n in range(1, top + 1)]
 
@@ -66,6 +66,20 @@ class OracleEstimate(Estimate):
         if self.rigid:
             return self.model.work
         return self.model.time_to_complete(0.0, (1,), self._batch_for((1,)))
+
+    def times(self, top: int, per_node: int) -> list[float]:
+        """Exact: the model run to completion on each size (an adaptive job at each epoch's best
+        batch size), not the current epoch's goodput extrapolated."""
+        out = [float("inf")]
+        for n in range(1, max(top, 1) + 1):
+            shape = packed_shape(n, per_node)
+            if self.rigid:
+                out.append(max(self.model.work - self.true_progress, 0.0) / n)
+                continue
+            batch = None if self.adaptive else self._batch_for(shape)
+            _, left = self.model.advance(self.true_progress, shape, batch, float("inf"))
+            out.append(left if left is not None else float("inf"))
+        return out
 
     def remaining_s(self, shape: tuple[int, ...]) -> float:
         g = self.goodput(shape)

@@ -3,7 +3,8 @@
 `plot_results(results, path)` draws two panels: the JCT CDF of every policy (policies with
 identical results share one curve, labelled with all their names), and a GPU timeline (Gantt: one
 row per GPU, a bar per job on it, coloured by job, job names on bars wide enough, a colour key of
-the jobs with the most GPU time) of one policy (`gantt_policy`; by default `goodput` when it is
+the jobs with the most GPU time, a red cross where a job that missed its deadline was due) of one
+policy (`gantt_policy`; by default `goodput` when it is
 among the results, else the first). Times read as durations (`5 min`, `2 h`); legends sit beside
 the axes, never over the curves. The timeline needs
 the allocation history that `simulate(..., record=True)` keeps (`schedulearn simulate --plot`
@@ -20,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator, NullFormatter  # noqa: E402
 
@@ -65,10 +67,12 @@ def same_results(results: Sequence[SimResult]) -> list[tuple[list[str], np.ndarr
     """The JCTs (sorted) of each group of policies whose JCTs are identical: `[(names, jct)]`,
     so that one curve carries every name instead of one hiding the others."""
     groups: list[tuple[list[str], np.ndarray]] = []
+    results_met = {r.policy: r.metrics.get("deadline_met") for r in results}  # (and the same share met)
     for r in results:
         jct = np.sort([j.end_time - j.submit_time for j in r.jobs if j.end_time is not None])
         for names, other in groups:
-            if other.shape == jct.shape and np.array_equal(other, jct):
+            met = {results_met.get(n) for n in names} | {r.metrics.get("deadline_met")}
+            if other.shape == jct.shape and np.array_equal(other, jct) and len(met) == 1:
                 names.append(r.policy)
                 break
         else:
@@ -112,9 +116,11 @@ def make_figure(results: Sequence[SimResult], gantt_policy: str | None = None) -
     fig, (cdf, gantt) = plt.subplots(2, 1, figsize=(11, 9), gridspec_kw={"height_ratios": [1, 1.6]})
     duration = FuncFormatter(fmt_duration)
 
+    met = {r.policy: r.metrics["deadline_met"] for r in results if "deadline_met" in r.metrics}
     for group, jct in same_results(results):
         if len(jct):
-            label = " = ".join(group) + f" (avg {fmt_duration(float(jct.mean()))})"
+            label = " = ".join(group) + f" (avg {fmt_duration(float(jct.mean()))}"
+            label += f", deadlines met {met[group[0]]:.0%})" if group[0] in met else ")"
             cdf.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=label)
     cdf.set_xscale("log")
     lo, hi = cdf.get_xlim()
@@ -146,9 +152,16 @@ def make_figure(results: Sequence[SimResult], gantt_policy: str | None = None) -
         if width >= LABEL_MIN_WIDTH * span:
             gantt.text(middle, y, job_names.get(job, f"#{job}"), ha="center", va="center",
                        fontsize="xx-small", clip_on=True)
+    missed = [(j.spec.deadline, widest[j.id][2]) for j in chosen.jobs if j.id in widest
+              and j.spec.deadline is not None and (j.end_time is None or j.end_time > j.spec.deadline)]
+    if missed:  # a red cross where each job that missed its deadline was due, on its widest bar's GPU
+        gantt.plot(*zip(*missed, strict=True), "x", color="red", markersize=5, zorder=3)
     keyed = sorted(gpu_time, key=lambda j: (-gpu_time[j], j))[:KEY_JOBS]
     if keyed:
         handles = [Patch(color=job_colour(j), label=job_names.get(j, f"#{j}")) for j in keyed]
+        if missed:
+            handles.append(Line2D([], [], color="red", marker="x", linestyle="",
+                                  label="missed deadline (due)"))
         more = len(gpu_time) - len(keyed)
         gantt.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small",
                      borderaxespad=0, title=f"jobs (most GPU time{f'; {more} more' if more > 0 else ''})",

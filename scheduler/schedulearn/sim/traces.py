@@ -1,6 +1,8 @@
 """Trace readers: rigid CSV (`name,submit_time,gpus,duration`), the Philly summary
 (`timestamp,duration,num_gpus,gpu_time,cluster`) and Pollux workloads (`sim.workload`).
-The format is detected from the header. Errors are one line: `file:line: field: what is allowed`."""
+The format is detected from the header. Rigid and Pollux traces may end with a `deadline`
+column: seconds after submission by which the job should finish (empty: none); it becomes the
+job's absolute `JobSpec.deadline`. Errors are one line: `file:line: field: what is allowed`."""
 
 from __future__ import annotations
 
@@ -50,17 +52,19 @@ def _rows(path: Path):
 
 def read_rigid(path: Path) -> list[TraceJob]:
     rows = _rows(path)
-    next(rows)
+    width = len(next(rows))
     jobs = []
     for line, row in rows:
         where = f"{path.name}:{line}"
-        if len(row) != 4:
-            raise SpecError(f"{where}: expected 4 fields (name,submit_time,gpus,duration), got {len(row)}")
-        name, t, g, d = (c.strip() for c in row)
+        if len(row) != width:
+            names = ",".join(RIGID_HEADER + (["deadline"] if width == 5 else []))
+            raise SpecError(f"{where}: expected {width} fields ({names}), got {len(row)}")
+        name, t, g, d, *rest = (c.strip() for c in row)
         t = _num(where, "submit_time", t, minimum=0)
         g = _num(where, "gpus", g, int, minimum=1)
         d = _num(where, "duration", d, minimum=0, strict=True)
-        jobs.append(TraceJob(t, JobSpec(name=name or f"job{line}", gpus=g, duration=d), where))
+        dl = t + _num(where, "deadline", rest[0], minimum=0, strict=True) if rest and rest[0] else None
+        jobs.append(TraceJob(t, JobSpec(name=name or f"job{line}", gpus=g, duration=d, deadline=dl), where))
     return jobs
 
 
@@ -105,8 +109,10 @@ def read_workload(path: Path) -> list[TraceJob]:
     def spec(w) -> JobSpec:
         app = get_profile(w.application)
         cap = 1 if w.application == "ncf" else min(64, app.max_batch_size // app.min_local_bsz)
+        deadline = None if w.deadline is None else w.submit_time + w.deadline
         return JobSpec(name=w.name, gpus=w.gpus, application=w.application, batch_size=w.batch_size,
-                       min_gpus=1, max_gpus=max(cap, w.gpus), adaptive_batch=w.application != "ncf")
+                       min_gpus=1, max_gpus=max(cap, w.gpus), adaptive_batch=w.application != "ncf",
+                       deadline=deadline)
 
     return [TraceJob(w.submit_time, spec(w), f"{path.name}:{i + 2}") for i, w in enumerate(read(path))]
 
@@ -127,7 +133,7 @@ def trace_format(path: str | Path) -> str:
     except (OSError, UnicodeDecodeError):
         return "unknown"
     for name, known in (("rigid", RIGID_HEADER), ("philly", PHILLY_HEADER), ("pollux", WORKLOAD_HEADER)):
-        if header == known:
+        if header == known or (name != "philly" and header == [*known, "deadline"]):
             return name
     return "unknown"
 
@@ -142,13 +148,14 @@ def load_trace(path: str | Path, start: str | None = None, limit: int | None = N
         return read_philly(path, start, limit)
     if start is not None:
         raise SpecError("--start: only for Philly traces (timestamp,duration,num_gpus,gpu_time,cluster)")
-    if header == RIGID_HEADER:
+    if header in (RIGID_HEADER, [*RIGID_HEADER, "deadline"]):
         jobs = read_rigid(path)
-    elif header == WORKLOAD_HEADER:
+    elif header in (WORKLOAD_HEADER, [*WORKLOAD_HEADER, "deadline"]):
         jobs = read_workload(path)
     else:
         raise SpecError(
             f"{path.name}:1: header: expected one of {','.join(RIGID_HEADER)} | "
-            f"{','.join(PHILLY_HEADER)} | {','.join(WORKLOAD_HEADER)}; got {','.join(header)}")
+            f"{','.join(PHILLY_HEADER)} | {','.join(WORKLOAD_HEADER)} (rigid and workload traces "
+            f"may end with ,deadline); got {','.join(header)}")
     jobs.sort(key=lambda j: j.submit_time)
     return jobs[:limit] if limit is not None else jobs

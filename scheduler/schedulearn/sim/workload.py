@@ -4,7 +4,9 @@ Columns ``name,time,application,num_replicas,batch_size``: job name, arrival
 in seconds from the start of the trace, application (one of
 :data:`schedulearn.sim.apps.APPLICATIONS`), the user's GPU count and the
 user's *global* batch size.  Durations are not in the file; they follow from
-the application profiles (:mod:`schedulearn.sim.apps`).
+the application profiles (:mod:`schedulearn.sim.apps`).  An optional last
+column ``deadline`` gives seconds after arrival by which the job should finish
+(empty: no deadline).
 
 Errors are ``ValueError`` with a one-line message ``FILE:LINE: FIELD: ...``
 (``FILE`` as the path was given, ``LINE`` 1-based, the header is line 1).
@@ -22,6 +24,7 @@ from .apps import APPLICATIONS
 __all__ = ["HEADER", "WorkloadJob", "is_workload_csv", "read_workload"]
 
 HEADER: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
+DEADLINE_HEADER: tuple[str, ...] = (*HEADER, "deadline")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class WorkloadJob:
     application: str
     gpus: int  # the user's GPU count (num_replicas)
     batch_size: int  # the user's global batch size
+    deadline: float | None = None  # seconds after arrival
 
 
 def _split_header(line: str) -> tuple[str, ...]:
@@ -44,7 +48,7 @@ def is_workload_csv(path: str | Path) -> bool:
             first = f.readline()
     except (OSError, UnicodeDecodeError):
         return False
-    return _split_header(first) == HEADER
+    return _split_header(first) in (HEADER, DEADLINE_HEADER)
 
 
 def _int_field(where: str, field: str, text: str) -> int:
@@ -64,17 +68,19 @@ def read_workload(path: str | Path) -> list[WorkloadJob]:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)
-        if header is None or _split_header(",".join(header)) != HEADER:
+        columns = None if header is None else _split_header(",".join(header))
+        if columns not in (HEADER, DEADLINE_HEADER):
             got = "" if header is None else ",".join(header)
-            raise ValueError(f"{path}:1: header: expected {','.join(HEADER)!r}, got {got!r}")
+            raise ValueError(f"{path}:1: header: expected {','.join(HEADER)!r} (optionally ,deadline), "
+                             f"got {got!r}")
         for row in reader:
             line = reader.line_num
             where = f"{path}:{line}"
             if not row or all(not c.strip() for c in row):
                 continue
-            if len(row) != len(HEADER):
-                raise ValueError(f"{where}: expected {len(HEADER)} fields, got {len(row)}")
-            name, time_s, app, replicas_s, bsz_s = (c.strip() for c in row)
+            if len(row) != len(columns):
+                raise ValueError(f"{where}: expected {len(columns)} fields, got {len(row)}")
+            name, time_s, app, replicas_s, bsz_s, *rest = (c.strip() for c in row)
             if not name:
                 raise ValueError(f"{where}: name: expected a non-empty name, got {name!r}")
             if name in seen:
@@ -92,5 +98,14 @@ def read_workload(path: str | Path) -> list[WorkloadJob]:
                 )
             gpus = _int_field(where, "num_replicas", replicas_s)
             batch = _int_field(where, "batch_size", bsz_s)
-            jobs.append(WorkloadJob(name, submit, app, gpus, batch))
+            deadline = None
+            if rest and rest[0]:
+                try:
+                    deadline = float(rest[0])
+                except ValueError:
+                    deadline = math.nan
+                if not (math.isfinite(deadline) and deadline > 0):
+                    raise ValueError(f"{where}: deadline: expected seconds > 0 after arrival (or empty), "
+                                     f"got {rest[0]!r}")
+            jobs.append(WorkloadJob(name, submit, app, gpus, batch, deadline))
     return jobs

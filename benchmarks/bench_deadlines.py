@@ -1,0 +1,124 @@
+"""Deadline attainment: the deadline-annotated Pollux workloads through the real engine.
+
+For each workload (`traces/pollux/workloads-deadline/workload-N.csv`: 160 jobs, deadline =
+lambda x the job's run time alone on its requested GPUs + 90 s; 16x4 GPUs, 60 s rounds, 30 s per
+checkpoint-restart) and policy: the share of deadlines met, the average tardiness, the average
+JCT, restarts, and the simulation's wall time. Policies learn of jobs what they report
+(`--estimates reported`, as live: the headline); `--estimates oracle` feeds them the job models'
+ground truth (an upper bound, never the headline).
+
+`--mixed`: every other job (by arrival) loses its deadline. Then also the best-effort jobs'
+average JCT under each policy over theirs under `goodput` on the same mixed workload.
+
+`--ceiling`: each job alone on the empty cluster under `goodput`: the share that makes its
+deadline (what no policy can beat by much).
+
+    python benchmarks/bench_deadlines.py [--workloads 1,2,3,4] [--policies qoe,goodput,edf,las]
+                                         [--estimates reported|oracle] [--mixed] [--ceiling] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scheduler"))
+
+from schedulearn.model import parse_cluster  # noqa: E402
+from schedulearn.sim.simulate import simulate  # noqa: E402
+from schedulearn.sim.traces import TraceJob, load_trace  # noqa: E402
+
+POLICIES = ("qoe", "goodput", "edf", "las")
+SETUP = {"interval": 60, "restart_penalty": 30}
+
+
+def workload(traces: Path, w: int, mixed: bool) -> list[TraceJob]:
+    trace = load_trace(traces / "pollux" / "workloads-deadline" / f"workload-{w}.csv")
+    if mixed:  # every other job best effort
+        trace = [TraceJob(tj.submit_time, tj.spec.model_copy(update={"deadline": None}), tj.where)
+                 if i % 2 else tj for i, tj in enumerate(trace)]
+    return trace
+
+
+def one(trace: list[TraceJob], w: int, policy: str, estimates: str) -> dict:
+    r = simulate(trace, parse_cluster("16x4"), policy, estimates=estimates, **SETUP)
+    m = r.metrics
+    print(f"workload-{w} {policy}: {m['deadline_met']:.1%} met, {r.wall_s:.1f} s wall",
+          file=sys.stderr, flush=True)
+    return {"workload": w, "policy": policy, "estimates": estimates, "deadline_jobs": m["deadline_jobs"],
+            "deadline_met": m["deadline_met"], "avg_tardiness_s": m["avg_tardiness_s"],
+            "avg_jct_s": m["avg_jct_s"], "be_avg_jct_s": m["be_avg_jct_s"],
+            "restarts": sum(j.restarts for j in r.jobs), "wall_s": round(r.wall_s, 2)}
+
+
+def ceiling(trace: list[TraceJob]) -> float:
+    """The share of jobs that make their deadline alone on the empty cluster under goodput."""
+    met = 0
+    for tj in trace:
+        spec = tj.spec.model_copy(update={"deadline": tj.spec.deadline - tj.submit_time})
+        job = simulate([TraceJob(0.0, spec, tj.where)], parse_cluster("16x4"), "goodput", **SETUP).jobs[0]
+        met += job.end_time <= job.spec.deadline
+    return met / len(trace)
+
+
+def table(rows: list[dict], ceilings: dict[int, float]) -> str:
+    base = {(r["workload"], r["policy"]): r for r in rows}
+    head = ("| workload | policy | deadlines met | vs goodput | vs edf | avg tardiness s | avg JCT s "
+            "| best-effort JCT vs goodput | restarts | sim wall s |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        w = r["workload"]
+        vs = [f"{100 * (r['deadline_met'] - base[(w, p)]['deadline_met']):+.1f} pts"
+              if (w, p) in base else "–" for p in ("goodput", "edf")]
+        g = base.get((w, "goodput"))
+        be = (f"{r['be_avg_jct_s'] / g['be_avg_jct_s']:.3f}×" if r["be_avg_jct_s"] and g and g["be_avg_jct_s"]
+              else "–")
+        lines.append(f"| {w} | {r['policy']} | {r['deadline_met']:.1%} of {r['deadline_jobs']} | {vs[0]} "
+                     f"| {vs[1]} | {r['avg_tardiness_s']:,.0f} | {r['avg_jct_s']:,.0f} | {be} "
+                     f"| {r['restarts']} | {r['wall_s']:.1f} |")
+    for w, c in ceilings.items():
+        lines.append(f"| {w} | each job alone (goodput) | {c:.1%} | | | | | | | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="1,2,3,4")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--estimates", choices=("reported", "oracle"), default="reported")
+    ap.add_argument("--mixed", action="store_true", help="every other job without a deadline")
+    ap.add_argument("--ceiling", action="store_true", help="also each job alone under goodput")
+    ap.add_argument("--traces", type=Path, default=ROOT / "traces")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = ap.parse_args()
+    try:
+        workloads = [int(w) for w in args.workloads.split(",")]
+        if not all(1 <= w <= 4 for w in workloads):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--workloads: expected numbers among 1-4, got {args.workloads!r}")
+    began = time.perf_counter()
+    rows, ceilings = [], {}
+    for w in workloads:
+        trace = workload(args.traces, w, args.mixed)
+        rows += [one(trace, w, p, args.estimates) for p in args.policies.split(",")]
+        if args.ceiling:
+            ceilings[w] = ceiling([tj for tj in trace if tj.spec.deadline is not None])
+    if args.json:
+        print(json.dumps({"rows": rows, "ceiling": ceilings}, indent=2))
+        return
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {load:.1f}; estimates {args.estimates}{', mixed' if args.mixed else ''}; "
+          f"{time.perf_counter() - began:.0f} s in all")
+    print(table(rows, ceilings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""QoE targets as times: "trained by 18:00" or "within 2 hours".
+
+A job's deadline (`JobSpec.deadline`) is absolute: seconds since the epoch live, virtual seconds
+in simulation. Front-ends turn what users type into it with `parse` (`2h`, `90m`, `1h30m`, `45s`
+relative to now; `18:00` today; `2026-11-24 18:00` or ISO 8601), and the engine refuses a
+deadline in the past or more than `HORIZON_S` ahead (`check`: one line naming the field).
+
+What users read (`describe`): `on track`, `at risk` (it can still make it with more GPUs),
+`will miss` (the scheduler's estimate says it cannot, even on all the GPUs it may use), `met`,
+`missed by 12 min` — the statuses `estimates.deadline.status` computes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+
+from .model import SpecError
+
+#: the furthest a deadline may be, seconds after submission (30 days)
+HORIZON_S = 30 * 86400.0
+#: the statuses a deadline can have, as the API spells them
+STATUSES = ("on_track", "at_risk", "will_miss", "unknown", "met", "missed")
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*"
+                       r"(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
+_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
+ALLOWED = "a duration (2h, 90m, 1h30m), a time today (18:00) or a date and time (2026-11-24 18:00)"
+
+
+def parse(text: str, now: float | None = None) -> float:
+    """Absolute deadline (epoch seconds) from what a user typed; `SpecError` (one line) if it
+    cannot be read or is not in the future within the horizon."""
+    now = time.time() if now is None else now
+    raw = (text or "").strip()
+    value: float | None = None
+    m = _DURATION.match(raw)
+    if raw and m and any(m.groups()):
+        h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+        value = now + 3600 * h + 60 * mi + s
+    elif (c := _CLOCK.match(raw)) is not None:
+        hour, minute = int(c.group(1)), int(c.group(2))
+        if hour > 23 or minute > 59:
+            raise SpecError(f"deadline: {raw!r} is not a time of day; expected {ALLOWED}")
+        today = datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        value = today.timestamp()
+        if value <= now:
+            raise SpecError(f"deadline: {raw} today has passed; give a date and time "
+                            f"({datetime.fromtimestamp(now + 86400):%Y-%m-%d} {raw}) or a duration")
+    else:
+        try:
+            value = datetime.fromisoformat(raw).timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise SpecError(f"deadline: cannot read {raw!r}; expected {ALLOWED}") from None
+    check(value, now)
+    return value
+
+
+def check(deadline: float, now: float) -> None:
+    """A deadline must be after `now` and at most `HORIZON_S` later."""
+    if deadline <= now:
+        raise SpecError(f"deadline: {_when(deadline, now)} is in the past (now {_when(now, now)}); "
+                        "expected a time after submission")
+    if deadline - now > HORIZON_S:
+        raise SpecError(f"deadline: {_when(deadline, now)} is more than {HORIZON_S / 86400:.0f} days "
+                        "ahead; expected a time within 30 days of submission")
+
+
+def resolve(value: object, now: float) -> object:
+    """A deadline as an API request may give it: a number (epoch seconds) unchanged, a string
+    read by `parse` against `now` (the server's clock: `2h` is two hours after submission)."""
+    return parse(value, now) if isinstance(value, str) else value
+
+
+def _when(t: float, now: float) -> str:
+    if abs(now) < 1e8:  # virtual (simulated) time: seconds from the start
+        return f"t={t:.0f}s"
+    try:
+        return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:.0f} s since the epoch"
+
+
+def fmt_minutes(seconds: float) -> str:
+    """`12 min`, `1 h 05 min`, `40 s`."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.0f} s"
+    m = round(s / 60)
+    return f"{m} min" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def describe(status: str | None, missed_by_s: float | None = None) -> str:
+    """What a user reads for a deadline status."""
+    if status == "missed" and missed_by_s is not None:
+        return f"missed by {fmt_minutes(missed_by_s)}"
+    return {"on_track": "on track", "at_risk": "at risk", "will_miss": "will miss", "met": "met",
+            "missed": "missed", "unknown": "no estimate yet"}.get(status or "", "")
+
+
+def deadline_text(job: dict, now: float | None = None) -> str:
+    """One phrase on a job dict's deadline (empty without one), for `schedulearn ls`, the job
+    widget and the text views: `deadline in 1 h 05 min, at risk`, `deadline met`,
+    `deadline missed by 12 min`, `deadline passed 3 min ago`."""
+    deadline = job.get("deadline", (job.get("spec") or {}).get("deadline"))
+    if deadline is None:
+        return ""
+    status = job.get("deadline_status")
+    if job.get("state") in ("succeeded", "failed", "cancelled"):
+        return f"deadline {describe(status, job.get('missed_by_s'))}" if status else ""
+    now = time.time() if now is None else now
+    left = float(deadline) - now
+    if left <= 0:
+        return f"deadline passed {fmt_minutes(left)} ago"
+    said = describe(status)
+    return f"deadline in {fmt_minutes(left)}, {said}" if said else f"deadline in {fmt_minutes(left)}"

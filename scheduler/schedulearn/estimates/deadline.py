@@ -1,0 +1,128 @@
+"""Deadlines against the estimates: how long a job still needs on n GPUs, the fewest GPUs that
+finish it in time, and the status users see — from the same report-fed estimates `--gpus auto`
+uses (`estimates.job`, `estimates.predict`), never from ground truth.
+
+Time left on n GPUs (packed) = the work left in seconds on one GPU over the job's speed-up S(n)
+(`Estimate.curve`, the goodput policy's own). The work left is (1 - progress) x the job's total
+work, which two sources tell: its own progress rate (`Estimate.total_s1`: the spans between its
+reports) and what similar finished jobs needed (`History.predict`). The first says little early
+on (a few minutes of the first epochs, whose statistical efficiency at a large batch is poor:
+it overestimates an adaptive job's work by up to 2x), so the two are blended, the job's own
+weighing in as its progress reaches `TRUST_PROGRESS`; a prediction more than `AGREE` times off
+the job's own is dropped (the predictor backs off to ever less similar jobs). Without progress,
+the prediction less the service had; with neither, unknown (None). A job that is not running on
+n GPUs now pays a restart (`restart_s`) first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..model import Job, JobState
+from ..placement import placement_shape
+from .job import Estimate, estimate
+
+#: seconds a (re)start costs before a job makes progress, where nothing says otherwise
+RESTART_S = 30.0
+#: progress at which a job's own rate alone is trusted for its total work (blended before)
+TRUST_PROGRESS = 0.3
+#: the history's prediction counts only within this factor of the job's own rate's
+AGREE = 4.0
+
+
+def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = None) -> float | None:
+    """Seconds on one GPU `job` still needs (None when nothing tells), counted from now."""
+    p, own = est.progress, est.total_s1()
+    if predicted is not None and not math.isfinite(predicted):
+        predicted = None
+    if p is None:
+        if predicted is None:
+            return None
+        return max(predicted - job.attained(now), 0.1 * predicted)
+    if own is not None and predicted is not None and not own / AGREE <= predicted <= own * AGREE:
+        predicted = None  # "similar" jobs unlike this one (the predictor backs off to any job)
+    if own is not None and predicted is not None:
+        w = min(p / TRUST_PROGRESS, 1.0)
+        total = w * own + (1.0 - w) * predicted
+    else:
+        total = own if own is not None else predicted
+    if total is None:
+        return None
+    left = max(1.0 - p, 0.0) * total
+    last = est.st.get("last")
+    if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
+        g1 = est.goodput((1,))  # less what it did since its last report, at its speed-up
+        speedup = est.goodput(placement_shape(job.alloc)) / g1 if g1 > 0 else job.size
+        left = max(left - (now - last[0]) * speedup, 0.0)
+    return left
+
+
+def times_left(job: Job, est: Estimate, top: int, per_node: int, now: float,
+               predicted: float | None = None, hopeful: bool = False) -> list[float] | None:
+    """Seconds `job` still needs on n = 0..top packed GPUs (index 0: infinite); None when nothing
+    tells. `hopeful`: at the speed-up of throughput, which the later epochs of a job that adapts
+    its batch size approach (its statistical efficiency at large batches grows as it trains)."""
+    if est.kind == "oracle":  # the simulator's ground truth (`--estimates oracle`): exact
+        return est.times(top, per_node)
+    left = work_left_s1(job, est, now, predicted)
+    if left is None:
+        return None
+    return [left / s if s > 0 else math.inf for s in est.curve(top, per_node, not hopeful)]
+
+
+def needed_gpus(job: Job, times: list[float] | None, now: float, restart_s: float = RESTART_S,
+                margin_s: float = 0.0) -> int | None:
+    """The fewest GPUs (from its minimum up to the last entry of `times`) on which `job`
+    finishes by its deadline with `margin_s` to spare; 0 when no size does; None when unknown."""
+    deadline = job.spec.deadline
+    if deadline is None or times is None:
+        return None
+    for n in range(job.spec.min_size, len(times)):
+        cost = 0.0 if (job.state is JobState.running and n == job.size) else restart_s
+        if now + cost + times[n] + margin_s <= deadline:
+            return n
+    return 0
+
+
+def status(job: Job, times: list[float] | None, now: float,
+           hope: list[float] | None = None) -> dict[str, Any]:
+    """`deadline_status` (`on_track`, `at_risk`, `will_miss`, `unknown`; `met`, `missed` once it
+    ended), `deadline_left_s`, and `missed_by_s` for a job that ended late. `times`, `hope`: the
+    job's `times_left` up to the most GPUs it may use, at today's and at the hopeful speed-up.
+    `will_miss`: no size makes it at either (the `qoe` policy gives up on such a job once the
+    estimate rests on its own reported progress, not only on similar jobs')."""
+    deadline = job.spec.deadline
+    if deadline is None:
+        return {}
+    if job.state.final:
+        end = job.end_time if job.end_time is not None else now
+        if job.state is JobState.succeeded and end <= deadline:
+            return {"deadline_status": "met"}
+        if job.state is JobState.succeeded:
+            return {"deadline_status": "missed", "missed_by_s": round(end - deadline, 1)}
+        return {"deadline_status": "missed"} if end > deadline else {}
+    out: dict[str, Any] = {"deadline_left_s": round(deadline - now, 1)}
+    if now >= deadline:
+        out["deadline_status"] = "missed"
+    elif times is None:
+        out["deadline_status"] = "unknown"
+    elif 0 < job.size < len(times) and job.state is JobState.running and now + times[job.size] <= deadline:
+        out["deadline_status"] = "on_track"
+    elif needed_gpus(job, times, now) or needed_gpus(job, hope, now):
+        out["deadline_status"] = "at_risk"
+    else:
+        out["deadline_status"] = "will_miss"
+    return out
+
+
+def summary(job: Job, now: float, history: Any, capacity: int, per_node: int) -> dict[str, Any]:
+    """The deadline part of `estimates.summary`: `status` on up to the `capacity` GPUs the job
+    may use."""
+    if job.state.final:
+        return status(job, None, now)
+    est = estimate(job, now, history)
+    top = job.spec.max_size(max(capacity, job.spec.min_size))
+    predicted = history.predict(job) if history is not None else None
+    times, hope = (times_left(job, est, top, per_node, now, predicted, h) for h in (False, True))
+    return status(job, times, now, hope)

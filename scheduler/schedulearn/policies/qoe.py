@@ -1,0 +1,75 @@
+"""QoE: plan for deadlines (ElasticFlow-style admission), then goodput for the rest.
+
+Each round, before the `goodput` policy's sizing (which then shares the GPUs left by marginal
+value among all admitted jobs, deadline jobs included):
+1. Jobs that have waited `starve_after` (30 min) get their minimum first. This is the bound every
+   job keeps, best effort or not: a queued job is admitted at most 30 min after it starts waiting
+   plus the time the starving jobs ahead of it hold the front (each as long as it waited).
+2. Jobs with a deadline, earliest deadline first, get the fewest GPUs on which their estimate
+   (`estimates.deadline`: the same report-fed estimates as `--gpus auto`) finishes them with
+   `slack` of the time left to spare, a restart counted for a new size; one on track where it
+   runs keeps its size (no restart). With no estimate yet: what its user asked for. Sizes stay
+   within what the estimate trusts: twice the GPUs it was measured on (its progress on the GPUs
+   it has counts). A job that no size can finish in
+   time gets nothing here: its status says `will_miss` (an event the widget and sidebar show)
+   and, like the jobs without a deadline, it is best effort from then on.
+3. Everyone else gets their minimum, in the `goodput` order.
+"""
+
+from __future__ import annotations
+
+from ..estimates import estimate
+from ..estimates.deadline import needed_gpus, times_left
+from ..model import Job
+from .base import RoundContext
+from .goodput import Goodput
+
+
+class QoE(Goodput):
+    name = "qoe"
+    description = ("Deadline-aware: earliest deadline first, each job the GPUs its estimate needs to "
+                   "finish in time; best-effort jobs share the rest by goodput.")
+    slack = 0.2  # plan to finish this share of the time left before the deadline
+
+    def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
+        left = ctx.capacity
+        for job in order:  # 1. the starving (and those admitted so), who keep the front
+            if not (job.id in self._boost or self.starving(job, ctx.now)):
+                break
+            if job.spec.min_size <= left:
+                self.give(job, job.spec.min_size, size, ctx.now)
+                left -= job.spec.min_size
+        timed = sorted((j for j in order if j.spec.deadline is not None and j not in size),
+                       key=lambda j: (j.spec.deadline, j.id))
+        for job in timed:  # 2. deadlines, earliest first
+            n = self.needs(job, ctx, per_node)
+            if n and n > left:  # not all it needs: at least it keeps what it has
+                n = job.size if job.size <= left else 0
+            if n:
+                self.give(job, n, size, ctx.now)
+                left -= n
+        return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
+
+    def needs(self, job: Job, ctx: RoundContext, per_node: int) -> int:
+        """GPUs `job` needs now to make its deadline (0: no size can, or it has passed)."""
+        now, deadline, restart = ctx.now, job.spec.deadline, self.restart_cost
+        if now >= deadline:
+            return 0
+        est = estimate(job, now, ctx.history)
+        top = job.spec.max_size(ctx.capacity)
+        trust = None if est.max_gpus is None else max(est.max_gpus, 2 * job.size)  # (its progress
+        cap = top if trust is None else max(job.spec.min_size, min(top, trust))  # on job.size counts)
+        margin = self.slack * (deadline - now)
+        # at today's speed-up, and at the one its later epochs approach (throughput)
+        today, hope = (times_left(job, est, top, per_node, now, ctx.predict(job), h) for h in (False, True))
+        if today is None or hope is None:  # nothing known yet: what the user asked for
+            return min(job.spec.requested, cap)
+        if job.size and (now + today[job.size] <= deadline or now + hope[job.size] + margin <= deadline):
+            return job.size  # on track where it runs: no restart
+        for times in (today, hope):
+            n = needed_gpus(job, times, now, restart, margin) or needed_gpus(job, times, now, restart)
+            if n:
+                return min(max(n, job.size), cap)
+        # No size makes it by the estimate. Until the job measured its own progress (the work is
+        # then the guess of similar jobs), it gets what its user asked for; after, nothing.
+        return min(job.spec.requested, cap) if est.progress is None else 0

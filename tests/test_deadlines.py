@@ -1,0 +1,222 @@
+"""Deadlines ("finish by"): reading them, refusing bad ones, the statuses users see, the `edf`
+and `qoe` policies and the simulator's deadline metrics, on the real engine and simulator."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from schedulearn import deadlines
+from schedulearn.cli import build_parser
+from schedulearn.client import ClientError
+from schedulearn.client_cli import build_spec
+from schedulearn.engine import Engine
+from schedulearn.model import JobSpec, SpecError, parse_cluster
+from schedulearn.sim.executor import SimExecutor
+from schedulearn.sim.metrics import deadline_metrics
+from schedulearn.sim.simulate import simulate
+from schedulearn.sim.traces import TraceJob, load_trace
+from schedulearn_magics import views
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = datetime(2026, 11, 23, 15, 0).timestamp()  # a Monday, 15:00 local time
+
+
+# -- reading what users type ---------------------------------------------------------------------
+@pytest.mark.parametrize("text, after", [
+    ("2h", 7200), ("90m", 5400), ("90min", 5400), ("1h30m", 5400), ("45s", 45), ("1.5h", 5400),
+    ("18:00", 3 * 3600), ("2026-11-24 18:00", 27 * 3600), ("2026-11-23T15:30", 1800),
+])
+def test_parse_reads_durations_times_of_day_and_dates(text, after):
+    assert deadlines.parse(text, NOW) == pytest.approx(NOW + after)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("soon", "deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m), a time today"),
+    ("", "deadline: cannot read ''"),
+    ("25:00", "deadline: '25:00' is not a time of day"),
+    ("14:00", "deadline: 14:00 today has passed; give a date and time (2026-11-24 14:00) or a duration"),
+    ("2026-11-22 18:00", "deadline: 2026-11-22 18:00:00 is in the past (now 2026-11-23 15:00:00)"),
+    ("0s", "deadline: 2026-11-23 15:00:00 is in the past"),
+    ("800h", "deadline: 2026-12-26 23:00:00 is more than 30 days ahead; expected a time within 30 days"),
+])
+def test_bad_deadlines_are_one_line_naming_the_field(text, message):
+    with pytest.raises(SpecError) as e:
+        deadlines.parse(text, NOW)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, True, -5.0, "1700000000"])
+def test_the_spec_takes_only_a_finite_time(value):
+    with pytest.raises(SpecError, match="^deadline: expected a time in seconds since the epoch"):
+        JobSpec.parse({"command": ["x"], "deadline": value})
+
+
+def test_the_engine_refuses_a_deadline_in_the_past_or_too_far_and_keeps_nothing():
+    engine = Engine(parse_cluster("1x4"), "qoe", executor=SimExecutor(), clock=lambda: 1000.0)
+    for deadline, words in ((999.0, "is in the past"), (1000.0 + 31 * 86400, "more than 30 days ahead")):
+        with pytest.raises(SpecError, match=f"^deadline: .*{words}"):
+            engine.submit(JobSpec(command=["x"], deadline=deadline))
+    assert engine.jobs == {}
+    job = engine.submit(JobSpec(command=["x"], deadline=4600.0))
+    d = engine.job_dict(job, 1000.0)
+    assert d["deadline"] == 4600.0 and d["deadline_left_s"] == 3600.0
+    assert d["deadline_status"] == "unknown"  # nothing measured, nothing similar finished yet
+
+
+# -- what users read -----------------------------------------------------------------------------
+@pytest.mark.parametrize("job, text", [
+    ({"state": "running", "deadline": NOW + 3900, "deadline_status": "at_risk"},
+     "deadline in 1 h 05 min, at risk"),
+    ({"state": "queued", "deadline": NOW + 600, "deadline_status": "will_miss"},
+     "deadline in 10 min, will miss"),
+    ({"state": "running", "deadline": NOW + 30, "deadline_status": "on_track"}, "deadline in 30 s, on track"),
+    ({"state": "running", "deadline": NOW - 180, "deadline_status": "missed"}, "deadline passed 3 min ago"),
+    ({"state": "succeeded", "deadline": NOW, "deadline_status": "met"}, "deadline met"),
+    ({"state": "succeeded", "deadline": NOW, "deadline_status": "missed", "missed_by_s": 721.0},
+     "deadline missed by 12 min"),
+    ({"state": "running"}, ""),
+])
+def test_deadline_text(job, text):
+    assert deadlines.deadline_text(job, NOW) == text
+
+
+def test_the_job_views_show_the_deadline():
+    job = {"id": 3, "name": "train", "state": "running", "gpus": 2, "alloc": {"n0": [0, 1]},
+           "start_time": NOW - 60, "submit_time": NOW - 90, "deadline": NOW + 1200,
+           "deadline_status": "at_risk"}
+    assert views.status_line(job, now=NOW).endswith("ran 1m00s, deadline in 20 min, at risk")
+    done = {**job, "state": "succeeded", "end_time": NOW, "run_s": 60.0, "deadline_status": "missed",
+            "missed_by_s": 300.0}
+    assert "deadline missed by 5 min" in views.status_detail(done, now=NOW)
+
+
+def test_the_cli_client_reads_deadlines_before_sending_anything():
+    parser = build_parser()
+    args = parser.parse_args(["submit", "--deadline", "2h", "--", "true"])
+    spec = build_spec(args)
+    assert abs(spec["deadline"] - (datetime.now().timestamp() + 7200)) < 60
+    with pytest.raises(ClientError, match="^deadline: cannot read 'tomorrowish'"):
+        build_spec(parser.parse_args(["submit", "--deadline", "tomorrowish", "--", "true"]))
+
+
+# -- traces and metrics --------------------------------------------------------------------------
+def _trace(tmp_path: Path, rows: str) -> list[TraceJob]:
+    path = tmp_path / "t.csv"
+    path.write_text("name,submit_time,gpus,duration,deadline\n" + rows)
+    return load_trace(path)
+
+
+def test_a_deadline_column_is_seconds_after_submission(tmp_path):
+    trace = _trace(tmp_path, "a,10,1,60,120\nb,20,1,60,\n")
+    assert [tj.spec.deadline for tj in trace] == [130.0, None]
+    pollux = load_trace(ROOT / "traces/pollux/workloads-deadline/workload-1.csv")
+    assert len(pollux) == 160 and all(tj.spec.deadline > tj.submit_time for tj in pollux)
+    assert pollux[0].spec.deadline == pollux[0].submit_time + 1253  # cifar10-0,107,...,1253
+
+
+@pytest.mark.parametrize("value", ["-5", "soon", "0"])
+def test_a_bad_deadline_in_a_trace_names_file_line_and_field(tmp_path, value):
+    with pytest.raises(SpecError, match=r"^t\.csv:3: deadline: "):
+        _trace(tmp_path, f"a,10,1,60,120\nb,20,1,60,{value}\n")
+
+
+def test_edf_runs_the_earliest_deadline_first_and_the_metrics_count_it(tmp_path):
+    """Two 100 s jobs on all 4 GPUs: FIFO runs `a` first and `b` misses by 80 s; EDF runs `b`
+    (due at 120) first and `a` (due at 150) misses by 50 s. Met: half; tardiness: the mean."""
+    trace = _trace(tmp_path, "a,0,4,100,150\nb,0,4,100,120\n")
+    fifo = simulate(trace, parse_cluster("1x4"), "fifo").metrics
+    edf = simulate(trace, parse_cluster("1x4"), "edf").metrics
+    assert (fifo["deadline_met"], fifo["avg_tardiness_s"]) == (0.5, 40.0)
+    assert (edf["deadline_met"], edf["avg_tardiness_s"]) == (0.5, 25.0)
+    assert edf["deadline_jobs"] == 2 and edf["be_avg_jct_s"] is None
+    both = simulate(_trace(tmp_path, "a,0,4,100,250\nb,0,4,100,120\n"), parse_cluster("1x4"), "edf")
+    assert both.metrics["deadline_met"] == 1.0 and both.metrics["avg_tardiness_s"] == 0.0
+
+
+def test_edf_preempts_for_an_earlier_deadline(tmp_path):
+    trace = _trace(tmp_path, "long,0,4,1000,5000\nurgent,10,4,100,300\n")
+    jobs = {j.spec.name: j for j in simulate(trace, parse_cluster("1x4"), "edf").jobs}
+    assert jobs["urgent"].end_time == pytest.approx(110.0)
+    assert jobs["long"].restarts == 1 and jobs["long"].end_time == pytest.approx(1100.0)
+
+
+def test_the_plot_marks_missed_deadlines(tmp_path):
+    pytest.importorskip("matplotlib")
+    from schedulearn.sim.plot import make_figure
+
+    trace = _trace(tmp_path, "a,0,4,100,150\nb,0,4,50,120\n")
+    results = [simulate(trace, parse_cluster("1x4"), p, record=True) for p in ("fifo", "edf")]
+    cdf, gantt = make_figure(results, "fifo").axes
+    labels = [t.get_text() for t in cdf.get_legend().get_texts()]
+    assert labels == ["fifo (avg 2.08 min, deadlines met 50%)", "edf (avg 1.67 min, deadlines met 100%)"]
+    (crosses,) = [ln for ln in gantt.get_lines() if ln.get_marker() == "x"]
+    assert list(crosses.get_xdata()) == [120.0]  # b, due at 120, ran second under fifo
+    assert "missed deadline (due)" in [t.get_text() for t in gantt.get_legend().get_texts()]
+
+
+def test_no_deadlines_no_deadline_metrics():
+    assert deadline_metrics([]) == {}
+    r = simulate(load_trace(ROOT / "tests/data/small-trace.csv"), parse_cluster("2x4"), "fifo")
+    assert "deadline_met" not in r.metrics
+
+
+# -- the qoe policy ------------------------------------------------------------------------------
+def _elastic(name: str, at: float, gpus: int, duration: float, deadline: float | None = None) -> TraceJob:
+    """An elastic job with a linear speed-up that reports its progress: `duration` seconds on
+    `gpus` GPUs, from 1 to 8."""
+    spec = JobSpec(name=name, gpus=gpus, min_gpus=1, max_gpus=8, duration=duration,
+                   deadline=None if deadline is None else at + deadline)
+    return TraceJob(at, spec, name)
+
+
+def _run(trace, policy, events=None):
+    def listen(engine):
+        engine.listeners.append(lambda e: events.append((engine.clock(), e)) if events is not None else None)
+
+    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10, actions=[(0, listen)])
+    return {j.spec.name: j for j in r.jobs}, r
+
+
+def test_qoe_gives_a_tight_job_what_it_needs_and_the_rest_still_progresses():
+    """`tight` asks for 2 GPUs but needs about 5 to finish 2,000 GPU-seconds in 600 s: `qoe`
+    sizes it from its reported progress and it makes it; `edf` keeps it at 2 (rigid sizes) and
+    `goodput` shares by speed-up and remaining work, and both miss. The best-effort job keeps
+    at least one GPU all along under `qoe` (it is never starved) and finishes."""
+    trace = [_elastic("big", 0, 8, 2000), _elastic("tight", 120, 2, 1000, 600)]
+    met = {}
+    for policy in ("qoe", "goodput", "edf"):
+        jobs, _ = _run(trace, policy)
+        met[policy] = jobs["tight"].end_time <= jobs["tight"].spec.deadline
+        if policy == "qoe":
+            assert jobs["big"].state.value == "succeeded"
+    assert met == {"qoe": True, "goodput": False, "edf": False}
+
+
+def test_a_job_that_cannot_make_it_is_flagged_early_and_left_best_effort():
+    """12,000 GPU-seconds in 600 s on at most 8 GPUs: impossible. Once it has reported its
+    progress the scheduler says `will_miss` (a `deadline` event), long before the deadline;
+    `qoe` then plans for the feasible job instead, which makes it."""
+    events = []
+    trace = [_elastic("hopeless", 0, 4, 3000, 600), _elastic("feasible", 60, 2, 1000, 900)]
+    jobs, _ = _run(trace, "qoe", events)
+    flagged = [t for t, e in events if e["event"] == "deadline" and e["job"]["name"] == "hopeless"
+               and e["job"]["deadline_status"] == "will_miss"]
+    assert flagged and flagged[0] <= 300  # (its deadline: 600)
+    assert jobs["feasible"].end_time <= jobs["feasible"].spec.deadline
+    assert jobs["hopeless"].state.value == "succeeded"  # best effort: it still ran to its end
+    final = [e["job"] for _, e in events if e["event"] == "succeeded" and e["job"]["name"] == "hopeless"]
+    assert final[0]["deadline_status"] == "missed" and final[0]["missed_by_s"] > 0
+
+
+def test_an_infeasible_job_is_flagged_at_submission_from_similar_jobs():
+    """A job like one that already ran (same name and GPUs: the history predicts its work) with
+    a deadline shorter than that work on any size is `will_miss` the moment it is submitted."""
+    events = []
+    trace = [_elastic("train", 0, 8, 600), _elastic("train", 1000, 8, 600, 200)]
+    _run(trace, "qoe", events)
+    second = [(t, e["event"], e["job"]["deadline_status"]) for t, e in events if e["job"]["id"] == 2]
+    (t, *_), flag = second[0], second[1]  # (submissions wait for the next 60 s round)
+    assert second[0] == (t, "submitted", "will_miss") and flag == (t, "deadline", "will_miss")

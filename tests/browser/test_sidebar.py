@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.slow
 PANEL = "#schedulearn-sidebar"
 PLUGIN = "schedulearn-labextension:plugin"
 SLEEP_JOB = "import time; time.sleep({s}); print('hi')"
+#: a job that runs until the test creates `gate` (a window the page cannot miss on a loaded machine)
+GATED_JOB = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.05)\nprint('hi')"
 
 
 def open_sidebar(page: Any) -> Any:
@@ -86,12 +89,16 @@ def test_sidebar_shows_the_virtual_gpus(lab_page: Any, lab_server: LabServer, sh
 
 
 def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_server: LabServer,
-                                                         shot: Any) -> None:
+                                                         shot: Any, tmp_path: Path) -> None:
     panel = open_sidebar(lab_page)
     panel.locator(".jp-schedulearn-gpu").first.wait_for()
     blocker = submit(lab_server, "blocker", 300, gpus=4)  # holds every GPU: the next job must queue
     lab_server.wait_job(blocker, {"running"})
-    job = submit(lab_server, "t", 3)
+    gate = tmp_path / "gate"
+    status, body = lab_server.api("POST", "jobs", {"name": "t", "script": GATED_JOB.format(gate=str(gate)),
+                                                   "gpus": 1})
+    assert status == 201, body
+    job = body["id"]
     record_states(lab_page, job)
     # Free the GPUs only once the panel has shown the job queued (a loaded machine must not
     # let the blocker end before the page starts recording).
@@ -99,6 +106,7 @@ def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_serve
     assert lab_server.api("DELETE", f"jobs/{blocker}")[0] == 200
     # While it runs, the GPU grid names it on the GPU it holds.
     lab_page.locator(f'{PANEL} .jp-schedulearn-gpu[data-job-id="{job}"]').wait_for(timeout=60_000)
+    gate.touch()  # (it runs until the grid has shown it)
     row(lab_page, job).and_(lab_page.locator('[data-state="succeeded"]')).wait_for(timeout=60_000)
     states = lab_page.evaluate("(id) => window.__states[id]", job)
     assert states == ["queued", "running", "succeeded"], states

@@ -19,15 +19,32 @@ made available to the server by registering it (`registry.register`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ..inventory import HostInventory, Inventory
 from ..model import Allocation, Job, Node
 
-if TYPE_CHECKING:
-    from ..engine import Engine
+
+class EngineLink(Protocol):
+    """What an executor may use of the engine that binds it (`Engine` satisfies it): the
+    thread-safe doors, the exit and release reports on the engine's loop, and read-only views of
+    its jobs and nodes. Executors report through this, never by importing the engine."""
+
+    nodes: list[Node]
+    jobs: Mapping[int, Job]
+    active: Mapping[int, Job]
+    running: Mapping[int, Job]
+
+    def job_exited(self, job_id: int, exit_code: int | None, reason: str = "",
+                   now: float | None = None) -> None: ...
+    def run_released(self, job_id: int, now: float | None = None) -> None: ...
+    def report_exit(self, job_id: int, exit_code: int | None, reason: str = "") -> None: ...
+    def report_released(self, job_id: int) -> None: ...
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+    def placed(self, job_id: int, alloc: Allocation, now: float | None = None) -> None: ...
+    def set_nodes(self, nodes: Iterable[Node]) -> None: ...
 
 
 class ExecutorError(RuntimeError):
@@ -46,7 +63,7 @@ def launch_failure(e: BaseException) -> str:
 
 
 class Executor:
-    engine: Engine | None = None
+    engine: EngineLink | None = None
     #: `resize` reports the end of the old run through `engine.run_released` (live executors)
     confirms_release: ClassVar[bool] = False
     #: runs are simulated (a spec's `duration` or `application` model), not programs
@@ -54,7 +71,7 @@ class Executor:
     #: where `nodes` reads the GPUs from (default: this host's, NVML or none)
     inventory: Inventory | None = None
 
-    def bind(self, engine: Engine) -> None:
+    def bind(self, engine: EngineLink) -> None:
         self.engine = engine
 
     # -- the engine's calls ----------------------------------------------------------------------

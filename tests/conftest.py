@@ -1,7 +1,9 @@
 """Shared test configuration. Fixtures that start real services live in tests/fixtures/."""
 
+import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,12 @@ def require(condition: bool, why: str) -> None:
         if IN_CI:
             pytest.fail(f"missing in CI: {why}")
         pytest.skip(why)
+
+
+async def wait_for(pred, timeout: float, what: str) -> None:
+    """Poll `pred` on the event loop until it is true; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)

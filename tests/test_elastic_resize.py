@@ -20,7 +20,7 @@ from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import JobState, virtual_cluster
 
-from tests.conftest import require
+from tests.conftest import require, wait_for
 
 JOBS = Path(__file__).parent / "jobs"
 STEPS = 40
@@ -33,13 +33,6 @@ def _has_torch() -> bool:
         return False
     return True
 
-
-async def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_torchrun_job_resized_2_1_2_continues_and_matches_an_unresized_run(tmp_path):

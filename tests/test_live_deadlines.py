@@ -21,15 +21,9 @@ from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import JobState, virtual_cluster
 
+from tests.conftest import wait_for
+
 JOB = Path(__file__).parent / "jobs" / "deadline_work.py"
-
-
-async def wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def _spec(name: str, gpus: int, units: int, deadline: float) -> dict:

@@ -22,7 +22,7 @@ from schedulearn.estimates import estimate
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import JobState, virtual_cluster
 
-from tests.conftest import require
+from tests.conftest import require, wait_for
 
 JOB = Path(__file__).parent / "jobs" / "gns_train.py"
 
@@ -34,13 +34,6 @@ def _has_torch() -> bool:
         return False
     return True
 
-
-async def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def _reports(path: Path) -> list[dict]:

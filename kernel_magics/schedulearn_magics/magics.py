@@ -42,7 +42,7 @@ SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
-           "epochs": "--epochs"}
+           "epochs": "--epochs", "resize": "--resize"}
 _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
@@ -121,6 +121,9 @@ class SchedulearnMagics(Magics):
               help="how to start the cell: python (one process), torchrun (one per GPU), horovod, "
                    "or auto: horovod if the cell imports horovod, torchrun if it uses torch.distributed, "
                    "else python")
+    @argument("--resize", default=None, choices=("restart", "in-place"),
+              help="how an elastic job is resized: restart (checkpoint-restart, the default) or in-place "
+                   "(Horovod Elastic: the cell uses hvd.elastic; see docs/resize.md)")
     @argument("--image", default=None, help="Docker image (Docker executor)")
     @argument("--name", default=None, help="job name (default: the notebook and cell number)")
     @argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
@@ -199,6 +202,8 @@ class SchedulearnMagics(Magics):
             spec["image"] = args.image
         if args.epochs is not None:
             spec["epochs"] = args.epochs
+        if args.resize is not None:
+            spec["resize"] = args.resize
         check_spec(spec)
         return spec
 

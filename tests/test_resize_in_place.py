@@ -110,7 +110,7 @@ def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
             text = ex.logs(a.id)
             assert a.state is JobState.succeeded, a.reason + "\n" + text[-4000:]
             assert a.restarts == 0 and a.extra[pauses.IN_PLACE_KEY] == 2
-            assert text.count("=== start #") == 1  # one launch: nothing restarted
+            assert text.count("=== schedulearn: start #") == 1  # one launch: nothing restarted
 
             steps = [(int(s), int(w), int(p), int(r)) for s, w, p, r in STEP.findall(text)]
             assert [s for s, *_ in steps] == list(range(1, STEPS + 1)), steps  # not a step lost or repeated

@@ -43,7 +43,7 @@ SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
-           "epochs": "--epochs", "deadline": "--deadline"}
+           "epochs": "--epochs", "deadline": "--deadline", "resize": "--resize"}
 _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
@@ -122,6 +122,9 @@ class SchedulearnMagics(Magics):
               help="how to start the cell: python (one process), torchrun (one per GPU), horovod, "
                    "or auto: horovod if the cell imports horovod, torchrun if it uses torch.distributed, "
                    "else python")
+    @argument("--resize", default=None, choices=("restart", "in-place"),
+              help="how an elastic job is resized: restart (checkpoint-restart, the default) or in-place "
+                   "(Horovod Elastic: the cell uses hvd.elastic; see docs/resize.md)")
     @argument("--image", default=None, help="Docker image (Docker executor)")
     @argument("--name", default=None, help="job name (default: the notebook and cell number)")
     @argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
@@ -209,6 +212,8 @@ class SchedulearnMagics(Magics):
                 spec["deadline"] = deadlines.parse(args.deadline)
             except SpecError as e:
                 raise UsageError(str(e).replace("deadline: ", "--deadline: ", 1)) from None
+        if args.resize is not None:
+            spec["resize"] = args.resize
         check_spec(spec)
         return spec
 

@@ -176,17 +176,41 @@ def report(step_time: float | None = None, batch_size: int | None = None, **extr
     """Append `{"t", "step_time", "batch_size", "num_gpus", "num_nodes", "restart", ...}` to the
     job's `metrics.jsonl` (rank 0 only). Any field of `schedulearn.estimates.reports` may be
     given, e.g. `report(progress=0.4)` alone for a job that only knows how far it is."""
-    if _rank_from_env() != 0:
+    if _rank() != 0:
         return
     rec: dict[str, Any] = {"t": time.time()}
     if step_time is not None:
         rec["step_time"] = float(step_time)
     if batch_size is not None:
         rec["batch_size"] = int(batch_size)
-    world = _world_from_env()
-    rec.update(num_gpus=world, num_nodes=_nodes_from_env(world), restart=restart_count(), **extra)
+    world, hvd = _world(), _live_horovod()
+    nodes = max(-(-world // max(int(hvd.local_size()), 1)), 1) if hvd is not None else _nodes_from_env(world)
+    rec.update(num_gpus=world, num_nodes=nodes, restart=restart_count(), **extra)
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def _live_horovod() -> Any:
+    """`horovod.torch` where the program initialised it (under Horovod Elastic its rank and size
+    change with a resize in place, the environment's `HOROVOD_*` do not)."""
+    hvd = sys.modules.get("horovod.torch")
+    if hvd is None:
+        return None
+    try:
+        hvd.size()
+    except ValueError:  # imported, not initialised
+        return None
+    return hvd
+
+
+def _rank() -> int:
+    hvd = _live_horovod()
+    return int(hvd.rank()) if hvd is not None else _rank_from_env()
+
+
+def _world() -> int:
+    hvd = _live_horovod()
+    return int(hvd.size()) if hvd is not None else _world_from_env()
 
 
 def _world_from_env() -> int:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Protocol
 
-from . import deadlines, estimates, policies
+from . import deadlines, estimates, pauses, policies
 from .estimates.predict import History
 from .executors.base import Executor, ExecutorError, launch_failure
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
@@ -237,8 +237,9 @@ class Engine:
             self._finish(job, JobState.failed, exit_code, reason or f"exit code {exit_code}", now)
 
     def run_released(self, job_id: int, now: float | None = None) -> None:
-        """Called by the executor when the old run of a resized job is gone: the GPUs its shrink
-        gave up (`Job.releasing`) return to the free pool."""
+        """Called by the executor when the old run of a resized job is gone (or, after a shrink in
+        place, the workers it removed): the GPUs its shrink gave up (`Job.releasing`) return to
+        the free pool."""
         job = self.jobs.get(job_id)
         if job is None or not job.releasing:
             return
@@ -246,6 +247,19 @@ class Engine:
         freed, job.releasing = job.releasing, {}
         self.pool.give(freed)
         self._changed(job, "released", now, gpus=_alloc_data(freed))
+
+    def resize_paused(self, job_id: int, pause: dict[str, Any], now: float | None = None) -> None:
+        """Called by the executor when it has measured what the job's last resize cost
+        (`pauses.measure`: `pause_s` from the last step before it to the first step after, from
+        the job's own reports; `in_place`; the sizes). Kept in the job's `extra` (the last few
+        per kind: what a policy prices its next resize with, `pauses.price`) and recorded as a
+        `resize_pause` event."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state.final:
+            return
+        now = self.clock() if now is None else now
+        pauses.record(job, pause)
+        self._changed(job, "resize_pause", now, **pause)
 
     # -- reports from other threads ------------------------------------------------------------
     def report_exit(self, job_id: int, exit_code: int | None, reason: str = "") -> None:
@@ -256,6 +270,10 @@ class Engine:
     def report_released(self, job_id: int) -> None:
         """`run_released`, from any thread (as `report_exit`)."""
         self.call_soon(self.run_released, job_id)
+
+    def report_pause(self, job_id: int, pause: dict[str, Any]) -> None:
+        """`resize_paused`, from any thread (as `report_exit`)."""
+        self.call_soon(self.resize_paused, job_id, pause)
 
     def placed(self, job_id: int, alloc: Allocation, now: float | None = None) -> None:
         """Called by an executor that does not choose devices itself (Slurm binds a job's GPUs)
@@ -433,8 +451,8 @@ class Engine:
             elif n > size.get(job.id, n):
                 extra = policy.place(job, n - job.size, self.pool)
                 if extra is not None:
-                    try:
-                        self._resize(job, _plus(job.alloc, extra), now)
+                    try:  # (a job resized in place keeps its slot order: new GPUs are new slots)
+                        self._resize(job, (_append if job.spec.in_place else _plus)(job.alloc, extra), now)
                     except BaseException:
                         self.pool.give(extra)
                         raise
@@ -468,26 +486,40 @@ class Engine:
         self._changed(job, "started", now, gpus=job.size)
 
     def _resize(self, job: Job, alloc: Allocation, now: float, freed: Allocation | None = None) -> None:
-        """`job` runs on `alloc` from now (a checkpoint-restart by the executor). `freed`: the
-        GPUs a shrink gives up; with an executor that confirms the old run's exit they stay out
-        of the pool (`job.releasing`) until `run_released`."""
+        """`job` runs on `alloc` from now: in place where the job asks for it and the executor can
+        (`Executor.resizes_in_place`: the framework adds or removes workers; `job.restarts` does
+        not change), else a checkpoint-restart by the executor (`job.restarts` + 1). `freed`: the
+        GPUs a shrink gives up; with an executor that confirms that the run no longer uses them
+        (the old run's exit, or the removed workers' end) they stay out of the pool
+        (`job.releasing`) until `run_released`."""
         old = job.alloc
+        in_place = job.spec.in_place and self.executor.resizes_in_place(job, alloc)
         hold = bool(freed) and self.executor.confirms_release
+        run = job.restarts + (0 if in_place else 1)
 
         def resized(j: Job) -> None:
             j.set_alloc(alloc, now)
-            j.restarts += 1
+            extra = dict(j.extra)  # (a new dict: `_ahead` works on a shallow copy)
+            if in_place:
+                extra[pauses.IN_PLACE_KEY] = int(extra.get(pauses.IN_PLACE_KEY, 0)) + 1
+            else:
+                j.restarts += 1
+            extra[pauses.PENDING_KEY] = pauses.pending(now, len(_flat(old)), len(_flat(alloc)), run, in_place)
+            j.extra = extra
             if hold:
                 j.releasing = _plus(j.releasing, freed)
 
-        self._ahead(job, "resized", now, resized, run=job.restarts + 1, gpus=len(_flat(alloc)),
-                    alloc=_alloc_data(alloc), releasing=_alloc_data(freed) if hold else {})
+        self._ahead(job, "resized", now, resized, run=run, gpus=len(_flat(alloc)), alloc=_alloc_data(alloc),
+                    releasing=_alloc_data(freed) if hold else {}, in_place=in_place)
         if freed and not hold:
             self.pool.give(freed)
         if job.id in self._gpus:
             self._held += job.size - self._gpus[job.id]
             self._gpus[job.id] = job.size
-        self.executor.resize(job, old, now)
+        if in_place:
+            self.executor.resize_in_place(job, old, now)
+        else:
+            self.executor.resize(job, old, now)
         self._changed(job, "resized", now, stored=True, gpus=job.size)
 
     def _release(self, job: Job, now: float) -> None:
@@ -754,6 +786,8 @@ def _stopping(why: str) -> Callable[[Job], None]:
 def _preempting(job: Job) -> None:
     job.stopping = "preempt"
     job.restarts += 1
+    if pauses.PENDING_KEY in job.extra:  # a resize not measured yet never will be (a new dict: see `_ahead`)
+        job.extra = {k: v for k, v in job.extra.items() if k != pauses.PENDING_KEY}
 
 
 def _ordinal(n: int) -> str:
@@ -784,6 +818,15 @@ def _minus(a: Allocation, b: Allocation) -> Allocation:
         rest = tuple(i for i in idx if i not in set(b.get(name, ())))
         if rest:
             out[name] = rest
+    return out
+
+
+def _append(a: Allocation, b: Allocation) -> Allocation:
+    """`a` and then `b`, in that order on each node (the slots of a job resized in place: its
+    workers keep their GPUs, new GPUs become new slots; `placement.shrink` keeps the first)."""
+    out = dict(a)
+    for name, idx in b.items():
+        out[name] = out.get(name, ()) + tuple(i for i in idx if i not in set(out.get(name, ())))
     return out
 
 

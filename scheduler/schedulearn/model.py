@@ -38,6 +38,20 @@ class Launcher(str, enum.Enum):
     horovod = "horovod"
 
 
+class Resize(str, enum.Enum):
+    """How the executor resizes a running job (`JobSpec.resize`): `restart` stops it (it
+    checkpoints on SIGTERM) and starts it again at the new size; `in-place` has the framework
+    add or remove workers while the others keep running (Horovod Elastic, torchrun's elastic
+    agents; see docs/resize.md). Where an executor cannot resize a job in place, it restarts it."""
+
+    restart = "restart"
+    in_place = "in-place"
+
+
+#: The launchers that can resize a job in place.
+IN_PLACE_LAUNCHERS = ("horovod", "torchrun")
+
+
 class JobState(str, enum.Enum):
     """`starting` is the write-ahead record of a launch: the store holds the run number
     (`restarts`) and the allocation before the executor acts; it becomes `running` once the
@@ -57,6 +71,7 @@ class JobState(str, enum.Enum):
 
 _FINAL = {JobState.succeeded, JobState.failed, JobState.cancelled}
 LAUNCHERS = tuple(m.value for m in Launcher)
+RESIZE_MODES = tuple(m.value for m in Resize)
 
 
 #: What an environment variable's name may be: a shell identifier (`export` accepts nothing else).
@@ -88,6 +103,8 @@ class JobSpec(BaseModel):
     priority: StrictInt = 0
     user: str = ""
     workdir: str | None = None
+    #: how a resize happens: 'restart' (the default: checkpoint-restart) or 'in-place'
+    resize: Resize | None = None
     # Simulation-only fields: a rigid job's run time, or an elastic application model's inputs.
     duration: Annotated[float, Field(strict=True)] | None = Field(None, gt=0)
     application: str | None = None
@@ -137,6 +154,9 @@ class JobSpec(BaseModel):
             raise ValueError("command: give a command (argv list) or a script (Python source)")
         if self.command is not None and not self.command:
             raise ValueError("command: expected a non-empty argv list")
+        if self.resize is Resize.in_place and self.launcher.value not in IN_PLACE_LAUNCHERS and not simulated:
+            raise ValueError("resize: 'in-place' needs the horovod or torchrun launcher (the framework "
+                             f"adds and removes workers), got launcher {self.launcher.value!r}")
         lo, hi = self.min_gpus, self.max_gpus
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"min_gpus: must be <= max_gpus ({hi}), got {lo}")
@@ -172,6 +192,11 @@ class JobSpec(BaseModel):
     def requested(self) -> int:
         """The size a rigid policy gives the job: its GPU count, or its minimum for 'auto'."""
         return self.min_size if self.gpus == "auto" else int(self.gpus)
+
+    @property
+    def in_place(self) -> bool:
+        """The job asks to be resized in place (see `Resize`)."""
+        return self.resize is Resize.in_place
 
     @property
     def elastic(self) -> bool:
@@ -232,6 +257,7 @@ def _unencodable_field(spec: JobSpec) -> str | None:
 _LOC_HINTS = {
     "gpus": "expected an integer >= 1 or 'auto'",
     "launcher": "expected one of " + ", ".join(LAUNCHERS),
+    "resize": "expected one of " + ", ".join(RESIZE_MODES),
     "min_gpus": "expected an integer >= 1",
     "max_gpus": "expected an integer >= 1",
     "batch_size": "expected an integer >= 1",
@@ -344,7 +370,7 @@ class Job:
     attained_base: float = 0.0
     run_base: float = 0.0
     since: float = 0.0
-    restarts: int = 0  # preemptions + resizes (each a checkpoint-restart)
+    restarts: int = 0  # preemptions + checkpoint-restart resizes (not resizes in place)
     exit_code: int | None = None
     reason: str = ""
     batch_size: int | None = None  # current global batch size (elastic simulation)

@@ -5,7 +5,9 @@ executor reports every end of a run it was asked to start — normal exit, crash
 `stop` — exactly once, through `engine.job_exited(...)` (from its own threads:
 `engine.report_exit(...)`, which is thread-safe). A `resize` is the executor's business (a
 checkpoint-restart at the new size): the job stays running from the engine's point of view and
-its old process's exit must not be reported.
+its old process's exit must not be reported. A job that asks to be resized in place and runs
+where the executor can do it (`resizes_in_place`) gets `resize_in_place` instead: its workers
+are added or removed while the others keep running, and its run goes on.
 
 Besides the engine's calls, an executor answers what the API reads of a job's runs: its
 directory (`job_dir`), its log (`logs`, `afollow`), its result (`read_result`), and the nodes
@@ -85,6 +87,18 @@ class Executor:
 
     def resize(self, job: Job, old: Allocation, now: float) -> None:
         """`job.alloc` changed from `old`: checkpoint-restart the job on its new GPUs."""
+        raise NotImplementedError
+
+    def resizes_in_place(self, job: Job, alloc: Allocation) -> bool:
+        """Whether the running `job`, which asks to be resized in place (`JobSpec.resize`), can
+        move to `alloc` without a restart: its framework adds or removes workers while the
+        others keep running (see docs/resize.md). False (the default): `resize` restarts it."""
+        return False
+
+    def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
+        """`job.alloc` changed from `old` and `resizes_in_place` said yes: tell the job's
+        framework (a shrink's GPUs are confirmed free through `engine.run_released` once the
+        workers that held them are gone, where `confirms_release`)."""
         raise NotImplementedError
 
     def advance(self, now: float) -> None:

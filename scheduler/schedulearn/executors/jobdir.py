@@ -126,10 +126,23 @@ class JobDirExecutor(Executor):
 
     def advance(self, now: float) -> None:
         """Before every round: pick up the step times running jobs reported with
-        `schedulearn.elastic.report` (what the goodput policy sizes them by)."""
+        `schedulearn.elastic.report` (what the goodput policy sizes them by), and measure the
+        pause of a resize from them once the first step after it is there (`pauses.measure`)."""
         if self.engine is None:
             return
+        from .. import pauses
         from ..estimates import refresh
+        from ..estimates.reports import load_reports
 
         for job in list(self.engine.running.values()):
-            refresh(job, self.job_dir(job.id) / METRICS_FILE)
+            path = self.job_dir(job.id) / METRICS_FILE
+            if not refresh(job, path):
+                continue
+            mark = job.extra.get(pauses.PENDING_KEY)
+            if mark is None:
+                continue
+            pause = pauses.measure(mark, load_reports(path))
+            if pause is not None:
+                self.engine.resize_paused(job.id, pause, now)
+            elif now - mark["t"] > pauses.GIVE_UP_S:
+                job.extra.pop(pauses.PENDING_KEY, None)

@@ -7,6 +7,13 @@ host, the Docker executor runs them as containers; both take the argv and env fr
 * `torchrun` — one host: `torchrun --standalone --nproc-per-node N`; several hosts: one worker
   per host, `--nnodes H --node-rank r --rdzv-backend c10d --rdzv-endpoint first:port`.
 * `horovod`  — `horovodrun -np N -H localhost:N --gloo --network-interface lo` on one host;
+  a job resized in place (`JobSpec.resize = 'in-place'`, see docs/resize.md) runs Horovod
+  Elastic instead: `horovodrun -np N --min-np MIN --max-np MAX --host-discovery-script
+  <job dir>/discover_hosts.sh`, the script printing the job's current allocation
+  (`localhost:N`, the file `hosts` the executor rewrites on a resize), each worker started
+  through a `/bin/sh` wrapper that sets its `CUDA_VISIBLE_DEVICES` from the file `gpus` (the
+  job's GPUs in slot order: Horovod's local rank r uses the r-th) and records its pid in
+  `workers/<local rank>`;
   `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
   others over ssh: passwordless ssh between the hosts and the same Python environment on each
   is the requirement). Horovod gives every host the first host's environment, so across hosts
@@ -45,6 +52,32 @@ from .base import ExecutorError
 #: The job runner (`python -m schedulearn.run`): standard library only, run by its path.
 RUNNER = str(Path(__file__).resolve().parents[1] / "run.py")
 DEFAULT_RDZV_PORT = 29400
+
+#: Horovod Elastic's files in the job directory: the discovery script, what it prints (the
+#: job's current allocation, `localhost:N`), the GPUs in slot order, the workers' pids.
+DISCOVER_SCRIPT = "discover_hosts.sh"
+HOSTS_FILE = "hosts"
+GPUS_FILE = "gpus"
+WORKERS_DIR = "workers"
+#: Each Horovod Elastic worker: its GPUs from the `gpus` file (read when it starts: a worker
+#: added by a grow sees the new list), its pid under `workers/`, then the job's command.
+_SLOT_WRAPPER = ('d="$SCHEDULEARN_JOB_DIR"; CUDA_VISIBLE_DEVICES=$(cat "$d/gpus") || exit 1; '
+                 'export CUDA_VISIBLE_DEVICES; echo $$ > "$d/workers/${HOROVOD_LOCAL_RANK:-0}"; exec "$@"')
+
+
+def discover_script(job_dir: Path | str) -> str:
+    """The host-discovery script of a Horovod Elastic job: prints its current allocation."""
+    return f"#!/bin/sh\nexec cat {shlex.quote(str(Path(job_dir) / HOSTS_FILE))}\n"
+
+
+def elastic_files(alloc: Allocation, nodes: Mapping[str, Node] | None = None,
+                  use_uuids: bool = False) -> dict[str, str]:
+    """What the executor writes (atomically) for a Horovod Elastic job on one host, at its
+    start and at every resize in place: `hosts` (what discovery prints) and `gpus` (the
+    workers' `CUDA_VISIBLE_DEVICES`, slot order)."""
+    ((name, idx),) = alloc.items()
+    gpus = visible_devices((nodes or {}).get(name), tuple(idx), use_uuids)
+    return {GPUS_FILE: gpus + "\n", HOSTS_FILE: f"localhost:{len(idx)}\n"}
 
 
 @dataclass(frozen=True)
@@ -225,13 +258,16 @@ def build_workers(
     network_interface: str | None = None,
     runner: str | None = RUNNER,
     result_key: str | None = None,
+    elastic_np: tuple[int, int] | None = None,
 ) -> list[Worker]:
     """The workers that run `spec` on `alloc` (node name -> GPU indices).
 
     `addresses` maps node names to the hostnames workers use to reach each other (the node's
     own name when absent). `network_interface` is Horovod's (`lo` on one host by default).
     `runner` is the job runner's path as the job sees it (None: Python programs run bare);
-    `result_key` the job's key for signing its result (`SCHEDULEARN_RESULT_KEY`)."""
+    `result_key` the job's key for signing its result (`SCHEDULEARN_RESULT_KEY`);
+    `elastic_np` (min, max workers): a Horovod job on one host runs under Horovod Elastic, to be
+    resized in place (the executor writes `elastic_files` first)."""
     if not alloc:
         raise ExecutorError(f"job {job_id}: no GPUs allocated")
     nodes = nodes or {}
@@ -282,6 +318,15 @@ def build_workers(
 
     # Horovod: one horovodrun on the first host starts every rank (ssh to the others).
     hvd = [python, "-m", "horovod.runner.launch", "-np", str(total)]
+    if elastic_np is not None:
+        if len(hosts) > 1:
+            raise ExecutorError(f"job {job_id}: Horovod Elastic resizes in place on one host only here")
+        lo, hi = elastic_np
+        argv = [*hvd, "--min-np", str(lo), "--max-np", str(hi),
+                "--host-discovery-script", str(Path(job_dir) / DISCOVER_SCRIPT),
+                "--gloo", "--network-interface", network_interface or "lo",
+                "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", *command]
+        return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
     if len(hosts) == 1:
         argv = [*hvd, "-H", f"localhost:{total}", "--gloo",
                 "--network-interface", network_interface or "lo", *command]

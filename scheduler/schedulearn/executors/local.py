@@ -39,9 +39,19 @@ from typing import TYPE_CHECKING
 from .. import joblogs, nofollow
 from ..inventory import Inventory
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
-from ..model import Allocation, Job, JobSpec
+from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
-from .launch import build_workers, check_command, job_environment, user_command, wrap_exit_code
+from .launch import (
+    DISCOVER_SCRIPT,
+    WORKERS_DIR,
+    build_workers,
+    check_command,
+    discover_script,
+    elastic_files,
+    job_environment,
+    user_command,
+    wrap_exit_code,
+)
 from .lifecycle import Run, RunExecutor, reattached_line, start_line
 from .registry import ExecutorKind
 
@@ -63,6 +73,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holdin
 class _Run(Run):
     pid: int  # the process group's leader (and the group's id)
     popen: subprocess.Popen | None = None  # None for a run re-attached after a restart
+    elastic: tuple[int, int] | None = None  # Horovod Elastic's (min, max) workers: resized in place
 
 
 class LocalExecutor(RunExecutor):
@@ -121,6 +132,84 @@ class LocalExecutor(RunExecutor):
             run = self._runs.get(job_id)
             return run.pid if isinstance(run, _Run) else None
 
+    # -- resizing in place (Horovod Elastic on this host) -------------------------------------------
+    def _elastic_np(self, spec: JobSpec, alloc: Allocation) -> tuple[int, int] | None:
+        """(min, max) workers when this run of the job goes under Horovod Elastic: it asks to be
+        resized in place, it is elastic, Horovod on this one host."""
+        if not (spec.in_place and spec.elastic and len(alloc) == 1
+                and Launcher(spec.launcher) is Launcher.horovod):
+            return None
+        total = self.engine.total_gpus if self.engine is not None else sum(len(v) for v in alloc.values())
+        n = sum(len(v) for v in alloc.values())
+        return min(spec.min_size, n), max(spec.max_size(total), n)
+
+    def _write_elastic(self, job_id: int, alloc: Allocation) -> None:
+        """The job's `gpus` then `hosts` files, each replaced atomically (a worker that a grow
+        adds reads its GPUs before discovery can see the new size)."""
+        d = self.job_dir(job_id)
+        nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
+        for name, text in elastic_files(alloc, nodes, self.use_uuids).items():
+            tmp = d / (name + ".tmp")
+            tmp.unlink(missing_ok=True)
+            nofollow.write_text(tmp, text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, d / name)
+
+    def resizes_in_place(self, job: Job, alloc: Allocation) -> bool:
+        n = sum(len(v) for v in alloc.values())
+        with self._lock:
+            run = self._runs.get(job.id)
+            return (isinstance(run, _Run) and run.elastic is not None and run.stopping is None
+                    and job.id not in self._relaunch and len(alloc) == 1
+                    and run.elastic[0] <= n <= run.elastic[1])
+
+    def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
+        alloc = dict(job.alloc)
+        n, was = sum(len(v) for v in alloc.values()), sum(len(v) for v in old.values())
+        with self._lock:
+            run = self._runs.get(job.id)
+        if not isinstance(run, _Run):
+            return  # it has just ended: that exit is reported
+        try:
+            self._write_elastic(job.id, alloc)
+        except OSError as e:  # the run goes on at its old size; the books say the new one
+            log.error("job %s: cannot write its Horovod Elastic allocation: %s", job.id, e)
+            return
+        nodes = {x.name: x for x in self.engine.nodes} if self.engine is not None else {}
+        cuda = elastic_files(alloc, nodes, self.use_uuids)["gpus"].strip()
+        self._append_log(run, resized_line(run.restarts, was, n, cuda))
+        if n < was:  # the GPUs are free once the workers of the removed slots are gone
+            pids = _slot_pids(self.job_dir(job.id) / WORKERS_DIR, n)
+            removed = [p for p in pids if _descends_from(p, run.pid)]
+            threading.Thread(target=self._wait_removed, args=(run, removed), name=f"shrink-{job.id}",
+                             daemon=True).start()
+
+    #: seconds the workers a shrink removes get to leave on their own (Horovod stops them at
+    #: their next `state.commit()`), then SIGTERM, `cancel_grace`, SIGKILL
+    shrink_wait = 60.0
+
+    def _wait_removed(self, run: _Run, removed: list[int]) -> None:
+        """Wait until the workers a shrink removed (the pids their slots had when it was
+        decided: a worker a later grow starts in the same slot is not one of them) are gone,
+        then report the shrink's GPUs free; they are stopped if they stay."""
+        deadline, sent = time.monotonic() + self.shrink_wait, signal.SIGTERM
+        while not run.gone.is_set():
+            left = [p for p in removed if _descends_from(p, run.pid)]
+            if not left:
+                break
+            if time.monotonic() >= deadline:
+                log.warning("job %s: workers %s removed by a shrink are still there: %s", run.job_id, left,
+                            signal.Signals(sent).name)
+                for p in left:
+                    try:
+                        os.kill(p, sent)
+                    except OSError:
+                        pass
+                wait = self.cancel_grace if sent == signal.SIGTERM else 5.0
+                deadline, sent = time.monotonic() + wait, signal.SIGKILL
+            time.sleep(0.05)
+        self._released(run.job_id)
+
     # -- launching ---------------------------------------------------------------------------------
     def _env(self, spec: JobSpec, extra: dict[str, str]) -> dict[str, str]:
         """The allow-listed part of the server's environment, never all of it; the scheduler's
@@ -135,8 +224,10 @@ class LocalExecutor(RunExecutor):
                 f"{len(alloc)} nodes ({', '.join(alloc)}); declare one node or use the Docker executor")
         d = self.job_dir(job_id)
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
+        elastic = self._elastic_np(spec, alloc)
         (worker,) = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
-                                  use_uuids=self.use_uuids, result_key=self.result_key(job_id))
+                                  use_uuids=self.use_uuids, result_key=self.result_key(job_id),
+                                  elastic_np=elastic)
         account = self.account_for(spec)
         env = self._env(spec, worker.env)
         if account is not None:
@@ -147,6 +238,8 @@ class LocalExecutor(RunExecutor):
         check_command(user_command(spec, self.python, d), env["PATH"], cwd)
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
+        if elastic is not None:
+            self._prepare_elastic(d, job_id, alloc, account)
         with self._open_log(job_id) as logf:
             cuda = worker.env["CUDA_VISIBLE_DEVICES"]
             logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
@@ -159,9 +252,9 @@ class LocalExecutor(RunExecutor):
             except OSError as e:
                 raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
         assert popen.stdin is not None
-        run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen)
+        run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen, elastic=elastic)
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
-                "restarts": restarts, "argv": worker.argv}
+                "restarts": restarts, "argv": worker.argv, "elastic": list(elastic) if elastic else None}
         try:  # the pid file first: a run that may ever run user code can be found after a crash
             tmp = d / (PID_FILE + ".tmp")
             tmp.unlink(missing_ok=True)
@@ -178,6 +271,26 @@ class LocalExecutor(RunExecutor):
             pass
         self._watch(run)
         return run
+
+    def _prepare_elastic(self, d: Path, job_id: int, alloc: Allocation, account: object) -> None:
+        """Horovod Elastic's files: the discovery script, the allocation, an empty `workers/`."""
+        try:
+            script = d / DISCOVER_SCRIPT
+            script.unlink(missing_ok=True)
+            nofollow.write_text(script, discover_script(d))
+            os.chmod(script, 0o755)
+            self._write_elastic(job_id, alloc)
+            workers = d / WORKERS_DIR
+            if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
+                workers.unlink()
+            workers.mkdir(exist_ok=True)
+            for old in workers.iterdir():
+                old.unlink()
+            if account is not None:
+                os.chown(workers, account.uid, account.gid, follow_symlinks=False)  # type: ignore[attr-defined]
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot write its Horovod Elastic files: {e.strerror}: "
+                                f"{e.filename}") from None
 
     # -- watching and signalling -------------------------------------------------------------------
     def _watch(self, run: Run) -> None:
@@ -274,8 +387,12 @@ class LocalExecutor(RunExecutor):
             return None
         pid = int(info["pid"])
         if self._alive(info):
-            run = _Run(job_id=job.id, restarts=int(info.get("restarts", 0)), pid=pid)
+            np = info.get("elastic")
+            run = _Run(job_id=job.id, restarts=int(info.get("restarts", 0)), pid=pid,
+                       elastic=(int(np[0]), int(np[1])) if isinstance(np, list) and len(np) == 2 else None)
             self._append_log(run, reattached_line(run.restarts, f"pid {pid}"))
+            if run.elastic is not None and job.alloc:  # a resize in place recorded before the crash
+                self._write_elastic(job.id, dict(job.alloc))
             return run
         code = _read_exit_code(d / EXIT_CODE_FILE) if info.get("boot_id") == self._boot_id else None
         if code is None:
@@ -285,6 +402,46 @@ class LocalExecutor(RunExecutor):
                 joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
             self._report(job.id, code, why)
         return None
+
+
+def resized_line(restarts: int, was: int, now: int, cuda: str) -> str:
+    return (f"{joblogs.MARKER} run #{restarts} resized in place: {was} -> {now} GPUs, "
+            f"CUDA_VISIBLE_DEVICES={cuda} ===\n")
+
+
+def _slot_pids(workers: Path, keep: int) -> list[int]:
+    """The pids the Horovod Elastic workers of slots >= `keep` recorded (the job's own files:
+    only ever used for processes that descend from its run, `_descends_from`)."""
+    out = []
+    try:
+        entries = list(os.scandir(workers))
+    except OSError:
+        return out
+    for e in entries:
+        if e.name.isdigit() and int(e.name) >= keep:
+            try:
+                out.append(int(nofollow.read_text(e.path).strip()))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is alive (not a zombie) and a descendant of `ancestor` (Horovod starts its
+    workers in sessions of their own: not in the run's process group)."""
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    for _ in range(64):
+        ppid = int(fields[1])
+        if ppid == ancestor:
+            return True
+        if ppid <= 1:
+            return False
+        fields = _stat_fields(ppid)
+        if not fields:
+            return False
+    return False
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -13,8 +13,10 @@ Each round:
    (heSRPT's insight: for mean completion time what matters is the order of the jobs' sizes, and
    a job's share grows with the number of jobs it finishes before). Both come from
    `schedulearn.estimates`, which knows only the job's spec and reports. For a running job every
-   n other than its current size is discounted by `restart_factor`: a resize is a
-   checkpoint-restart, so it must pay for its lost seconds.
+   n other than its current size is discounted by `restart_factor`: a resize pauses the job, so
+   it must pay for its lost seconds — the pauses measured on the job's own resizes
+   (`schedulearn.pauses`: far less for a job resized in place than for a checkpoint-restart),
+   `restart_cost` until one is measured.
 GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
 restart). Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it
 themselves when they start or resize (`job.batch_size = None`).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 
+from .. import pauses
 from ..estimates import estimate, remaining_s1
 from ..model import Job, JobState
 from .base import NEVER, Policy, RoundContext, Want
@@ -34,7 +37,7 @@ class Goodput(Policy):
     description = "Sizes jobs (and batch sizes) for the most total goodput; restart-aware, starvation-free."
     elastic = True
     time_driven = True
-    restart_cost = 30.0  # seconds of progress a resize (checkpoint-restart) costs
+    restart_cost = 30.0  # seconds of progress a resize costs until the job's own are measured
     hysteresis = 3.0  # a resize must pay for this many times its cost
     beta = 1.0  # weight = rank ** beta (rank 1: the most work left)
     starve_after = 1800.0  # a queued job waiting this long is admitted first
@@ -150,7 +153,10 @@ class Goodput(Policy):
         return [w * s * (1.0 if n == job.size else keep) for n, s in enumerate(cached[1])]
 
     def restart_factor(self, job: Job, now: float) -> float:
-        """What a resize leaves of a running job's value: (age - restarts·c) / (age + c), with
-        c = hysteresis · restart_cost — young and often-resized jobs are left alone."""
-        age, cost = now - job.submit_time, self.hysteresis * self.restart_cost
-        return max(age - job.restarts * cost, 0.0) / (age + cost)
+        """What a resize leaves of a running job's value: (age - h·spent) / (age + h·c), with c
+        the price of its next resize and spent what its past resizes and restarts cost
+        (`pauses.price`, `pauses.spent`: measured, `restart_cost` until measured), h the
+        hysteresis — young and often-resized jobs are left alone."""
+        age, h = now - job.submit_time, self.hysteresis
+        cost, spent = pauses.price(job, self.restart_cost), pauses.spent(job, self.restart_cost)
+        return max(age - h * spent, 0.0) / (age + h * cost)

@@ -108,10 +108,14 @@ class SimExecutor(Executor):
     simulated = True
 
     def __init__(self, restart_penalty: float = 0.0, model=default_model, inventory: Inventory | None = None,
-                 estimates: str = "reported", report_every: float = 60.0):
+                 estimates: str = "reported", report_every: float = 60.0,
+                 in_place_penalty: float | None = None):
         if estimates not in ESTIMATES:
             raise ValueError(f"estimates: expected one of {', '.join(ESTIMATES)}, got {estimates!r}")
         self.restart_penalty = restart_penalty
+        #: seconds a resize in place pauses a job that asks for it (`JobSpec.resize`); None: every
+        #: resize is a checkpoint-restart (`restart_penalty`)
+        self.in_place_penalty = in_place_penalty
         self.model = model
         self.inventory = inventory
         self.estimates = estimates
@@ -154,14 +158,20 @@ class SimExecutor(Executor):
         self.runs[job.id] = run
         self._plan(run)
 
-    def resize(self, job: Job, old: Allocation, now: float) -> None:
+    def resize(self, job: Job, old: Allocation, now: float, penalty: float | None = None) -> None:
         run = self.runs[job.id]
         new, job.alloc = job.alloc, old  # progress so far was made on the old allocation
         self._sync(run, now)
         job.alloc = new
-        run.ready = now + self.restart_penalty
+        run.ready = now + (self.restart_penalty if penalty is None else penalty)
         run.bsz = self._batch(job, now)
         self._plan(run)
+
+    def resizes_in_place(self, job: Job, alloc: Allocation) -> bool:
+        return self.in_place_penalty is not None and job.id in self.runs
+
+    def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
+        self.resize(job, old, now, self.in_place_penalty)
 
     def replan(self, job: Job, now: float) -> None:
         """The job's batch size changed on the same GPUs (its own choice): no restart cost."""

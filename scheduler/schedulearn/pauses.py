@@ -1,0 +1,111 @@
+"""What a resize costs a running job, measured from the job's own reports, and the price a
+policy puts on the next one.
+
+When the engine resizes a running job it leaves a *pending* mark in `job.extra` (`PENDING_KEY`:
+when, from how many GPUs to how many, the run number after it, whether it happens in place).
+Live executors read the job's reports (`metrics.jsonl`, see `schedulearn.estimates.reports`)
+before every round; `measure` finds the first report of the new configuration after the mark
+(the new run number after a checkpoint-restart, the new GPU count after a resize in place) and
+the report just before it, the last step at the old one. The pause is the time between the
+two: from the end of the last step before the resize to the end of the first step after it (so
+it holds one step at the new size, on both sides of a comparison). The engine keeps the last
+`KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and records a `resize_pause` event.
+
+`price(job, default)` is the cost in seconds a policy charges for the job's next resize: the
+median of its measured pauses of the kind its next resize will be (in place once it has been
+resized in place, else a checkpoint-restart), and `default` (the policy's constant) until one
+is measured. `spent(job, default)` is what its past resizes cost by the same prices.
+
+Pure functions on a `Job`; no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from .model import Job
+
+#: `Job.extra` key: the measured pauses, {"in_place": [s, ...], "restart": [s, ...]}
+RESIZE_PAUSES_KEY = "resize_pauses"
+#: `Job.extra` key: how many times the job was resized in place (not counted in `Job.restarts`)
+IN_PLACE_KEY = "in_place_resizes"
+#: `Job.extra` key: the resize whose pause is not measured yet
+PENDING_KEY = "resize_pending"
+#: measured pauses kept per kind
+KEEP_PAUSES = 5
+#: a resize not measured within this many seconds is given up (the job stopped reporting)
+GIVE_UP_S = 3600.0
+
+
+def pending(now: float, old: int, new: int, run: int, in_place: bool) -> dict[str, Any]:
+    """The mark `Engine._resize` leaves in `job.extra[PENDING_KEY]`."""
+    return {"t": now, "from": old, "to": new, "run": run, "in_place": in_place}
+
+
+def _after(rec: dict[str, Any], mark: dict[str, Any]) -> bool:
+    """`rec` is a step of the configuration the resize made."""
+    if mark["in_place"]:
+        return rec.get("num_gpus") == mark["to"]
+    return rec.get("restart") == mark["run"]
+
+
+def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pause of the resize `mark` from the job's reports (oldest first): the time from the
+    last step before it to the first step after it, or None while that step has not come.
+    Reports that carry no step time (progress only) are not steps and are skipped."""
+    before = None
+    for rec in records:
+        t = rec.get("t")
+        if not isinstance(t, (int, float)) or rec.get("step_time") is None:
+            continue
+        if t > mark["t"] and _after(rec, mark):
+            if before is None:
+                return None
+            return {"pause_s": round(t - before["t"], 3), "in_place": bool(mark["in_place"]),
+                    "from": mark["from"], "to": mark["to"], "last_step_t": before["t"], "first_step_t": t}
+        before = rec
+    return None
+
+
+def _kind(in_place: bool) -> str:
+    return "in_place" if in_place else "restart"
+
+
+def measured(job: Job, in_place: bool) -> list[float]:
+    """The job's measured pauses of one kind, oldest first."""
+    return list((job.extra.get(RESIZE_PAUSES_KEY) or {}).get(_kind(in_place), []))
+
+
+def resizes_in_place(job: Job) -> bool:
+    """The job's resizes happen in place: it asked for it and it has been resized in place."""
+    return job.spec.in_place and int(job.extra.get(IN_PLACE_KEY, 0)) > 0
+
+
+def price(job: Job, default: float) -> float:
+    """Seconds of progress the job's next resize costs: the median of its measured pauses of
+    that kind, `default` until one is measured."""
+    seen = measured(job, resizes_in_place(job))
+    return statistics.median(seen) if seen else default
+
+
+def spent(job: Job, default: float) -> float:
+    """What the job's past resizes and preemptions cost, at the prices of their kinds."""
+    restart = measured(job, False)
+    cost = job.restarts * (statistics.median(restart) if restart else default)
+    n = int(job.extra.get(IN_PLACE_KEY, 0))
+    if n:
+        in_place = measured(job, True)
+        cost += n * (statistics.median(in_place) if in_place else default)
+    return cost
+
+
+def record(job: Job, pause: dict[str, Any]) -> None:
+    """Keep a measured pause in the job's `extra` (the last `KEEP_PAUSES` of its kind) and
+    clear the pending mark."""
+    kind = _kind(bool(pause.get("in_place")))
+    pauses = {k: list(v) for k, v in (job.extra.get(RESIZE_PAUSES_KEY) or {}).items()}
+    pauses[kind] = [*pauses.get(kind, []), float(pause["pause_s"])][-KEEP_PAUSES:]
+    job.extra[RESIZE_PAUSES_KEY] = pauses
+    job.extra.pop(PENDING_KEY, None)

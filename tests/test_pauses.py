@@ -1,0 +1,114 @@
+"""Resize pauses: measured from a job's reports, kept per kind, priced for the goodput policy;
+the engine's books of a resize in place (no restart counted) against a checkpoint-restart."""
+
+from __future__ import annotations
+
+import pytest
+from schedulearn import pauses
+from schedulearn.engine import Engine
+from schedulearn.model import Job, JobSpec, SpecError, virtual_cluster
+from schedulearn.policies.goodput import Goodput
+from schedulearn.sim.executor import SimExecutor
+from schedulearn.store.sql import SqlStore
+
+
+def _steps(*rows):
+    """Reports (t, num_gpus, restart) as a job writes them, one per step."""
+    return [{"t": t, "step_time": 0.1, "num_gpus": n, "restart": r} for t, n, r in rows]
+
+
+def test_in_place_pause_is_last_step_at_the_old_size_to_first_at_the_new():
+    mark = pauses.pending(10.0, 2, 1, 0, True)
+    recs = _steps((9.0, 2, 0), (9.5, 2, 0), (10.4, 2, 0), (12.0, 1, 0), (12.1, 1, 0))
+    assert pauses.measure(mark, recs) == {"pause_s": 1.6, "in_place": True, "from": 2, "to": 1,
+                                          "last_step_t": 10.4, "first_step_t": 12.0}
+    assert pauses.measure(mark, recs[:3]) is None  # no step after it yet
+    assert pauses.measure(mark, [{"t": 11.0, "progress": 0.5}, *recs[3:]]) is None  # nothing before it
+
+
+def test_restart_pause_waits_for_the_new_run():
+    mark = pauses.pending(10.0, 1, 2, 1, False)
+    recs = _steps((9.8, 1, 0), (10.2, 1, 0))
+    recs.append({"t": 20.0, "progress": 0.4, "restart": 1})  # not a step: no step time
+    recs += _steps((25.0, 2, 1), (25.2, 2, 1))
+    assert pauses.measure(mark, recs)["pause_s"] == pytest.approx(14.8)
+
+
+def test_price_is_the_median_of_the_kind_the_next_resize_will_be():
+    spec = JobSpec(command=["x"], launcher="horovod", gpus="auto", resize="in-place")
+    job = Job(id=1, spec=spec, submit_time=0.0)
+    assert pauses.price(job, 30.0) == 30.0 and pauses.spent(job, 30.0) == 0.0
+    job.restarts = 1
+    for s in (20.0, 40.0):
+        pauses.record(job, {"pause_s": s, "in_place": False})
+    assert pauses.price(job, 30.0) == 30.0  # never resized in place: a restart's price
+    job.extra[pauses.IN_PLACE_KEY] = 3
+    job.extra[pauses.PENDING_KEY] = {"t": 1}
+    for s in (1.0, 9.0, 2.0):
+        pauses.record(job, {"pause_s": s, "in_place": True})
+    assert pauses.PENDING_KEY not in job.extra
+    assert pauses.price(job, 30.0) == 2.0
+    assert pauses.spent(job, 30.0) == 1 * 30.0 + 3 * 2.0
+    for s in range(10):
+        pauses.record(job, {"pause_s": float(s), "in_place": True})
+    assert pauses.measured(job, True) == [5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+def test_goodput_restart_factor_uses_measured_pauses():
+    p = Goodput()
+    spec = JobSpec(gpus="auto", min_gpus=1, max_gpus=4, duration=100.0, resize="in-place")
+    job = Job(id=1, spec=spec, submit_time=0.0)
+    before = p.restart_factor(job, 1000.0)
+    assert before == pytest.approx(1000 / (1000 + 90))
+    job.extra[pauses.IN_PLACE_KEY] = 1
+    pauses.record(job, {"pause_s": 2.0, "in_place": True})
+    after = p.restart_factor(job, 1000.0)
+    assert after == pytest.approx((1000 - 6) / (1000 + 6)) and after > before
+
+
+def test_resize_field_validation():
+    with pytest.raises(SpecError, match=r"^resize: 'in-place' needs the horovod or torchrun launcher"):
+        JobSpec.parse({"command": ["x"], "gpus": "auto", "resize": "in-place"})
+    with pytest.raises(SpecError, match=r"^resize: expected one of restart, in-place"):
+        JobSpec.parse({"command": ["x"], "launcher": "horovod", "resize": "inplace"})
+    assert JobSpec.parse({"command": ["x"], "launcher": "torchrun", "resize": "in-place"}).in_place
+    assert not JobSpec.parse({"command": ["x"], "launcher": "horovod"}).in_place
+
+
+def _elastic(resize: str | None):
+    spec = {"gpus": "auto", "min_gpus": 1, "max_gpus": 2, "duration": 1000.0}
+    return {**spec, "resize": resize} if resize else spec
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_engine_books_a_resize_in_place_as_no_restart(tmp_path, in_place):
+    """Two elastic jobs on 2 GPUs: the second's arrival shrinks the first, its end grows it.
+    In place (an executor that can, a job that asks): `restarts` stays 0, the resizes are
+    `resized` events with `in_place` and run 0, the pending mark waits for the measurement."""
+    store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+    eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=SimExecutor(30.0, in_place_penalty=1.0),
+                 store=store)
+    a = eng.submit(_elastic("in-place" if in_place else None), now=0.0)
+    eng.round(0.0)
+    assert a.size == 2
+    b = eng.submit({"gpus": 1, "duration": 50.0}, now=10.0)
+    eng.round(10.0)
+    assert a.size == 1 and b.size == 1 and a.alloc == {"node0": (0,)}
+    eng.executor.advance(100.0)
+    eng.round(100.0)
+    assert b.state.final and a.size == 2
+    if in_place:
+        assert a.alloc == {"node0": (0, 1)}
+    resized = [e["data"] for e in store.events(a.id) if e["kind"] == "resized"]
+    assert [(d["gpus"], d["in_place"], d["run"]) for d in resized] == (
+        [(1, True, 0), (2, True, 0)] if in_place else [(1, False, 1), (2, False, 2)])
+    assert a.restarts == (0 if in_place else 2)
+    assert a.extra.get(pauses.IN_PLACE_KEY, 0) == (2 if in_place else 0)
+    assert a.extra[pauses.PENDING_KEY] == pauses.pending(100.0, 1, 2, 0 if in_place else 2, in_place)
+    eng.resize_paused(a.id, {"pause_s": 0.8, "in_place": in_place, "from": 1, "to": 2}, now=101.0)
+    assert pauses.measured(a, in_place) == [0.8] and pauses.PENDING_KEY not in a.extra
+    assert [e["data"]["pause_s"] for e in store.events(a.id) if e["kind"] == "resize_pause"] == [0.8]
+    stored = store.get_job(a.id)
+    assert stored.restarts == a.restarts
+    assert stored.extra[pauses.RESIZE_PAUSES_KEY] == a.extra[pauses.RESIZE_PAUSES_KEY]
+    store.close()

@@ -6,68 +6,12 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from schedulearn.client import Client
 
-from tests.fixtures.jupyter import LiveServer
-
-
-@pytest.fixture(scope="module")
-def kernel(server: LiveServer) -> Iterator[tuple[Any, Any]]:
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3")  # inherits SCHEDULEARN_URL/TOKEN
-    try:
-        kc.execute_interactive("%load_ext schedulearn_jupyter", timeout=60)
-        yield km, kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def drain(kc: Any) -> None:
-    while True:
-        try:
-            kc.get_iopub_msg(timeout=0.2)
-        except queue.Empty:
-            return
-
-
-def collect_until_reply(kc: Any, msg_id: str, timeout: float = 120) -> tuple[dict, list[dict]]:
-    """(execute_reply content, iopub messages of that request)."""
-    iopub: list[dict] = []
-    deadline = time.monotonic() + timeout
-    reply = None
-    while time.monotonic() < deadline:
-        if reply is None:
-            try:
-                msg = kc.get_shell_msg(timeout=0.1)
-                if msg["parent_header"].get("msg_id") == msg_id:
-                    reply = msg["content"]
-            except queue.Empty:
-                pass
-        try:
-            msg = kc.get_iopub_msg(timeout=0.1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            iopub.append(msg)
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" and reply:
-                return reply, iopub
-    raise AssertionError(f"no reply to {msg_id} within {timeout}s")
-
-
-def wait_job(client: Client, name: str, state: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = [j for j in client.jobs() if j["name"] == name]
-        if jobs and jobs[-1]["state"] == state:
-            return jobs[-1]
-        time.sleep(0.1)
-    raise AssertionError(f"job {name!r} not {state} within {timeout}s")
+from tests.magics.conftest import collect_until_reply, drain, wait_job
 
 
 def test_result_comes_back_as_execute_result(kernel: tuple[Any, Any]) -> None:

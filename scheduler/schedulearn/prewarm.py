@@ -243,6 +243,7 @@ def serve(job_dir: str) -> _Request | None:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, "accept")
     children: dict[int, tuple[int, socket.socket]] = {}  # pid -> (pidfd, client connection)
+    server = os.getpid()
     try:
         while os.getppid() == parent:
             for key, _ in sel.select(timeout=0.2):
@@ -287,19 +288,27 @@ def serve(job_dir: str) -> _Request | None:
                     _kill(what[1], signal.SIGKILL)
                     sel.unregister(key.fileobj)
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        for pid in children:
-            _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while children and time.monotonic() < deadline:
-            for pid in list(children):
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    children.pop(pid)
-            time.sleep(0.05)
+        if os.getpid() == server:  # not in a worker leaving the loop
+            _leave(path, children)
     return None
+
+
+def _leave(path: str, children: dict) -> None:
+    """The server's end: its socket removed, its workers sent SIGTERM (5 s to go)."""
+    import time
+
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    for pid in children:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while children and time.monotonic() < deadline:
+        for pid in list(children):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                children.pop(pid)
+        time.sleep(0.05)
 
 
 def _send(conn: socket.socket, text: str) -> None:

@@ -24,18 +24,17 @@ from schedulearn.prewarm import SOCKET_NAME
 from tests.conftest import require
 
 PROBE = """
-import os, sys, time
+import os, signal, sys, time
 pre = "json" in sys.modules  # preloaded by the server
 import json
+if sys.argv[1:3] == ["sleep", "trap"]:  # before the line the test waits for
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
 line = sys.stdin.readline().strip()
 print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "env": dict(os.environ),
                   "cwd": os.getcwd(), "umask": os.umask(0), "preloaded": pre, "stdin": line,
                   "path0": sys.path[0], "main": __name__}), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1] == "sleep":
-    import signal
-    if sys.argv[2] == "trap":
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
     time.sleep(60)
 sys.exit(int(sys.argv[1]))
 """

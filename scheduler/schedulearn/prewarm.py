@@ -67,6 +67,8 @@ def client(argv: list[str]) -> None:  # NoReturn
     import json
 
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR")
+    # a signal that comes before the worker's pid is known waits for it (or for the exec)
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     sock = _connect(job_dir) if job_dir and argv else None
     if sock is None:
         _exec(argv)
@@ -84,6 +86,7 @@ def client(argv: list[str]) -> None:  # NoReturn
     pid = int(reply.split()[1])
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f, pid=pid: _kill(pid, s))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     _record(job_dir, pid)
     try:
         status = _recv_line(sock)
@@ -119,6 +122,7 @@ _keep: list[int] = []
 def _exec(argv: list[str]) -> None:  # NoReturn
     for fd in _keep:
         os.close(fd)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # what came meanwhile is delivered now
     if not argv:
         print("usage: prewarm.py fork COMMAND [ARGS...]", file=sys.stderr)
         os._exit(2)

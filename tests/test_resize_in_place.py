@@ -6,7 +6,8 @@ policy shrinks A to GPU 0 to give B GPU 1; when C ends A grows back to 2 GPUs, 0
 Elastic removes and adds the worker (tests/jobs/hvd_elastic_train.py): rank 0 keeps its
 process, the step counter goes on exactly, no run is restarted (`restarts` 0 and
 `SCHEDULEARN_RESTART_COUNT` 0 throughout), the worker added by the grow sees the GPUs of its
-slot, each resize is a `resized` event with `in_place: true` and a measured `resize_pause`, and
+slot (forked by the run's prewarm server, with the environment an exec gives), each resize is
+a `resized` event with `in_place: true` and a measured `resize_pause`, and
 the model ends equal to an unresized run's.
 """
 
@@ -21,6 +22,7 @@ import sys
 
 from schedulearn import pauses
 from schedulearn.engine import Engine, RealClock
+from schedulearn.executors import launch
 from schedulearn.executors.launch import (
     DISCOVER_SCRIPT,
     WORKERS_DIR,
@@ -38,6 +40,7 @@ from tests.test_elastic_resize import JOBS, _has_horovod, wait_for
 STEPS = 60
 PREFIX = r"^(?:\[\d+\]<stdout>:)?"
 STEP = re.compile(PREFIX + r"step (\d+) world (\d) pid (\d+) restart (\d+)$", re.M)
+PREWARMED = re.compile(PREFIX + r"worker pid (\d+) env (\w+) prewarmed ([01])$", re.M)
 WORKER = re.compile(PREFIX + r"worker rank (\d) local (\d) size (\d) cuda (\S+) pid (\d+)$", re.M)
 
 
@@ -67,13 +70,20 @@ def test_horovod_in_place_runs_horovod_elastic_with_a_discovery_script_and_a_slo
     assert found == "localhost:2\n"
 
     (tmp_path / WORKERS_DIR).mkdir()
-    shell = w.argv[w.argv.index("/bin/sh"):w.argv.index("schedulearn-slot") + 1]
+    assert w.argv[:3] == ["/bin/sh", "-c", launch._WITH_PREWARM]  # the prewarm server beside horovodrun
+    assert w.argv[3:6] == ["python", launch.PREWARM, str(tmp_path)] and w.argv[6:8] == ["python", "-m"]
+    i = w.argv.index("/bin/sh", 3)
+    shell = w.argv[i:i + 5]
+    assert shell[2] == launch._SLOT_WRAPPER
+    assert w.argv[i + 5:] == launch.user_command(spec, "python", tmp_path, launch.RUNNER)
+    shell[3] = sys.executable  # the job's Python runs the prewarm client
     env = {"PATH": os.environ["PATH"], "SCHEDULEARN_JOB_DIR": str(tmp_path), "HOROVOD_LOCAL_RANK": "1",
            "CUDA_VISIBLE_DEVICES": "9"}
-    out = subprocess.run([*shell, "/bin/sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES $$"'], env=env,
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run([*shell, "/bin/sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES $$ $0 $1"', "a b", "c"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "4,2"  # the job's GPUs in slot order, read when the worker starts
     assert (tmp_path / WORKERS_DIR / "1").read_text().strip() == out[1]  # its pid, by local rank
+    assert out[2:] == ["a", "b", "c"]  # no prewarm server: the client execs the command as given
 
 
 def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
@@ -128,6 +138,12 @@ def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
             first, added = list(started)
             assert started[first] == "0,1" and started[added] == "0,2"  # slot 1: GPU 1, then GPU 2
             assert all(lr == 1 for lr, *_ in others)
+            # the added worker was forked by the run's prewarm server (no cold start), with exactly
+            # the environment its slot's first worker, started by exec, had (GPUs apart)
+            assert "schedulearn prewarm: ready" in text and "prewarm: cold start" not in text
+            how = {int(p): (env, int(pre)) for p, env, pre in PREWARMED.findall(text)}
+            assert how[added][1] == 1 and how[rank0][1] == 0, how
+            assert how[added][0] == how[first][0], how
             assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
             assert "resized in place: 1 -> 2 GPUs, CUDA_VISIBLE_DEVICES=0,2 ===" in text
 

@@ -8,10 +8,13 @@ the run ends with the weights of an unresized run whatever the world sizes it we
 
 Rank 0 prints `step <n> world <w> pid <pid> restart <r>` after each step, reports it
 (`schedulearn.elastic.report`) and writes `final.json`; every rank prints `worker rank <r> local
-<l> size <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` whenever it (re)joins the training.
+<l> size <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` whenever it (re)joins the training, then
+`worker pid <pid> env <digest> prewarmed <0|1>`: a digest of its environment but
+`CUDA_VISIBLE_DEVICES`, and whether the run's prewarm server forked it.
 `STEP_SLEEP` slows the steps so that a test can resize the job while it trains.
 """
 
+import hashlib
 import json
 import os
 import time
@@ -24,6 +27,21 @@ STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
 SLEEP = float(os.environ.get("STEP_SLEEP", "0.05"))
 
 
+def env_digest():
+    """The worker's environment but its GPUs (what a worker of the same slot must share)."""
+    env = sorted((k, v) for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES")
+    return hashlib.sha1(repr(env).encode()).hexdigest()[:12]
+
+
+def prewarmed():
+    """Whether this worker was forked by the run's prewarm server (schedulearn.prewarm)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return b"prewarm.py\0serve" in f.read()
+    except OSError:
+        return False
+
+
 def main():
     hvd.init()
     model, opt = make_model()
@@ -34,6 +52,7 @@ def main():
     def train(state):
         print(f"worker rank {hvd.rank()} local {hvd.local_rank()} size {hvd.size()} "
               f"cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} pid {os.getpid()}", flush=True)
+        print(f"worker pid {os.getpid()} env {env_digest()} prewarmed {int(prewarmed())}", flush=True)
         while state.step < STEPS:
             rank, world = hvd.rank(), hvd.size()
             lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world

@@ -13,7 +13,8 @@ host, the Docker executor runs them as containers; both take the argv and env fr
   (`localhost:N`, the file `hosts` the executor rewrites on a resize), each worker started
   through a `/bin/sh` wrapper that sets its `CUDA_VISIBLE_DEVICES` from the file `gpus` (the
   job's GPUs in slot order: Horovod's local rank r uses the r-th) and records its pid in
-  `workers/<local rank>`;
+  `workers/<local rank>`, then runs the command through `schedulearn.prewarm` (a fork server of
+  pre-warmed workers started beside horovodrun: a worker a grow adds skips the cold start);
   `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
   others over ssh: passwordless ssh between the hosts and the same Python environment on each
   is the requirement). Horovod gives every host the first host's environment, so across hosts
@@ -59,10 +60,18 @@ DISCOVER_SCRIPT = "discover_hosts.sh"
 HOSTS_FILE = "hosts"
 GPUS_FILE = "gpus"
 WORKERS_DIR = "workers"
+#: The fork server of pre-warmed workers (`schedulearn.prewarm`): standard library only, by path.
+PREWARM = str(Path(__file__).resolve().parents[1] / "prewarm.py")
 #: Each Horovod Elastic worker: its GPUs from the `gpus` file (read when it starts: a worker
-#: added by a grow sees the new list), its pid under `workers/`, then the job's command.
+#: added by a grow sees the new list), its pid under `workers/`, then the job's command through
+#: the prewarm client (`$0`: Python; `$1`: prewarm.py), which forks it from the run's server of
+#: pre-warmed workers or else execs it.
 _SLOT_WRAPPER = ('d="$SCHEDULEARN_JOB_DIR"; CUDA_VISIBLE_DEVICES=$(cat "$d/gpus") || exit 1; '
-                 'export CUDA_VISIBLE_DEVICES; echo $$ > "$d/workers/${HOROVOD_LOCAL_RANK:-0}"; exec "$@"')
+                 'export CUDA_VISIBLE_DEVICES; echo $$ > "$d/workers/${HOROVOD_LOCAL_RANK:-0}"; '
+                 'p="$1"; shift; exec "$0" -I -S "$p" fork "$@"')
+#: Starts the run's prewarm server (`$0`: Python, `$1`: prewarm.py, `$2`: the job directory) in
+#: the background, then becomes horovodrun (the server's parent: it exits when horovodrun has).
+_WITH_PREWARM = '"$0" -u "$1" serve "$2" & shift 2; exec "$@"'
 
 
 def discover_script(job_dir: Path | str) -> str:
@@ -322,10 +331,11 @@ def build_workers(
         if len(hosts) > 1:
             raise ExecutorError(f"job {job_id}: Horovod Elastic resizes in place on one host only here")
         lo, hi = elastic_np
-        argv = [*hvd, "--min-np", str(lo), "--max-np", str(hi),
+        argv = ["/bin/sh", "-c", _WITH_PREWARM, python, PREWARM, str(job_dir),
+                *hvd, "--min-np", str(lo), "--max-np", str(hi),
                 "--host-discovery-script", str(Path(job_dir) / DISCOVER_SCRIPT),
                 "--gloo", "--network-interface", network_interface or "lo",
-                "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", *command]
+                "/bin/sh", "-c", _SLOT_WRAPPER, python, PREWARM, *command]
         return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
     if len(hosts) == 1:
         argv = [*hvd, "-H", f"localhost:{total}", "--gloo",

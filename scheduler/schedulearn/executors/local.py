@@ -410,8 +410,9 @@ def resized_line(restarts: int, was: int, now: int, cuda: str) -> str:
 
 
 def _slot_pids(workers: Path, keep: int) -> list[int]:
-    """The pids the Horovod Elastic workers of slots >= `keep` recorded (the job's own files:
-    only ever used for processes that descend from its run, `_descends_from`)."""
+    """The pids the Horovod Elastic workers of slots >= `keep` recorded, one a line (the slot
+    wrapper's, then the worker's a prewarm server forked for it; the job's own files: only ever
+    used for processes that descend from its run, `_descends_from`)."""
     out = []
     try:
         entries = list(os.scandir(workers))
@@ -420,9 +421,10 @@ def _slot_pids(workers: Path, keep: int) -> list[int]:
     for e in entries:
         if e.name.isdigit() and int(e.name) >= keep:
             try:
-                out.append(int(nofollow.read_text(e.path).strip()))
-            except (OSError, ValueError):
-                pass
+                text = nofollow.read_text(e.path)
+            except OSError:
+                continue
+            out.extend(int(w) for w in text.split() if w.isdigit())
     return out
 
 

@@ -153,6 +153,7 @@ def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
             assert "1" in by_world[2] and "2" in by_world[2] and set(by_world[2]) == {"0", "1", "2"}, workers
             assert len({p for *_, p in workers}) == len(workers)  # workers restart: a new process each round
             assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
+            assert "could not leave the rendezvous" not in text  # the removed agent left it
             assert "resized in place: 1 -> 2 GPUs, CUDA_VISIBLE_DEVICES=0,2 ===" in text
 
             events = store.events(a.id)

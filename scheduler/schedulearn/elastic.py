@@ -221,6 +221,8 @@ def _world_from_env() -> int:
 
 
 def _nodes_from_env(world: int) -> int:
+    if os.environ.get("SCHEDULEARN_NUM_NODES", "").isdigit():  # torchrun resized in place: one
+        return max(int(os.environ["SCHEDULEARN_NUM_NODES"]), 1)  # agent per GPU on one host
     for var in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
         if var in os.environ:
             local = max(int(os.environ[var]), 1)

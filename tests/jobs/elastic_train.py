@@ -4,7 +4,8 @@ Linear regression on a fixed full batch of 64 samples, float64, SGD with momentu
 computes the summed squared error of its contiguous slice divided by the global batch size and
 the gradients are all-reduced (summed), so every step uses the full-batch gradient whatever the
 world size: a run resized 2 -> 1 -> 2 must end with the weights of an unresized run.
-Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`.
+Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`; every
+rank prints `worker rank <r> world <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` when it starts.
 Runs under torchrun (torch.distributed, gloo), horovodrun (Horovod, gloo) or alone.
 """
 
@@ -71,6 +72,8 @@ def main():
     restart = elastic.restart_count()
     if rank == 0:
         print(f"restart {restart} world {world} resuming at {start}", flush=True)
+    print(f"worker rank {rank} world {world} cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} pid {os.getpid()}",
+          flush=True)
     x, y = data()
     lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world
     for step in range(start, STEPS):

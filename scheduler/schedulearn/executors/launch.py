@@ -5,7 +5,9 @@ host, the Docker executor runs them as containers; both take the argv and env fr
 
 * `python`   — one process: `python main.py` for a script, the command as given otherwise.
 * `torchrun` — one host: `torchrun --standalone --nproc-per-node N`; several hosts: one worker
-  per host, `--nnodes H --node-rank r --rdzv-backend c10d --rdzv-endpoint first:port`.
+  per host, `--nnodes H --node-rank r --rdzv-backend c10d --rdzv-endpoint first:port`; a job
+  resized in place runs one elastic agent per GPU under a supervisor (`torchrun_elastic`) that
+  follows the job's `gpus` file.
 * `horovod`  — `horovodrun -np N -H localhost:N --gloo --network-interface lo` on one host;
   a job resized in place (`JobSpec.resize = 'in-place'`, see docs/resize.md) runs Horovod
   Elastic instead: `horovodrun -np N --min-np MIN --max-np MAX --host-discovery-script
@@ -48,6 +50,7 @@ from pathlib import Path
 from ..jobfiles import SCRIPT_NAME
 from ..model import Allocation, JobSpec, Launcher, Node
 from ..run import RESULT_KEY_ENV
+from . import torchrun_elastic
 from .base import ExecutorError
 
 #: The job runner (`python -m schedulearn.run`): standard library only, run by its path.
@@ -275,8 +278,9 @@ def build_workers(
     own name when absent). `network_interface` is Horovod's (`lo` on one host by default).
     `runner` is the job runner's path as the job sees it (None: Python programs run bare);
     `result_key` the job's key for signing its result (`SCHEDULEARN_RESULT_KEY`);
-    `elastic_np` (min, max workers): a Horovod job on one host runs under Horovod Elastic, to be
-    resized in place (the executor writes `elastic_files` first)."""
+    `elastic_np` (min, max workers): a Horovod job on one host runs under Horovod Elastic, a
+    torchrun job under `torchrun_elastic`'s supervisor, to be resized in place (the executor
+    writes `elastic_files` first)."""
     if not alloc:
         raise ExecutorError(f"job {job_id}: no GPUs allocated")
     nodes = nodes or {}
@@ -301,6 +305,11 @@ def build_workers(
         return [Worker(hosts[0], command, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
 
     if launcher is Launcher.torchrun:
+        if elastic_np is not None:  # resized in place: one elastic agent per GPU (torchrun_elastic)
+            if len(hosts) > 1:
+                raise ExecutorError(f"job {job_id}: torchrun resizes in place on one host only here")
+            argv = torchrun_elastic.supervisor_argv(python, str(job_dir), elastic_np, command)
+            return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
         torchrun = [python, "-m", "torch.distributed.run"]
         target = _torchrun_target(command, python)
         if len(hosts) == 1:

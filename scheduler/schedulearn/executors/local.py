@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import joblogs, nofollow
+from .. import joblogs, nofollow, pauses
 from ..inventory import Inventory
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
@@ -54,6 +54,7 @@ from .launch import (
 )
 from .lifecycle import Run, RunExecutor, reattached_line, start_line
 from .registry import ExecutorKind
+from .torchrun_elastic import resizable as _torchrun_resizable
 
 if TYPE_CHECKING:
     from ..service import Settings
@@ -134,10 +135,11 @@ class LocalExecutor(RunExecutor):
 
     # -- resizing in place (Horovod Elastic on this host) -------------------------------------------
     def _elastic_np(self, spec: JobSpec, alloc: Allocation) -> tuple[int, int] | None:
-        """(min, max) workers when this run of the job goes under Horovod Elastic: it asks to be
-        resized in place, it is elastic, Horovod on this one host."""
+        """(min, max) workers when this run of the job goes under Horovod Elastic or torchrun's
+        elastic agents (`torchrun_elastic`): it asks to be resized in place, it is elastic, on
+        this one host."""
         if not (spec.in_place and spec.elastic and len(alloc) == 1
-                and Launcher(spec.launcher) is Launcher.horovod):
+                and Launcher(spec.launcher) in (Launcher.horovod, Launcher.torchrun)):
             return None
         total = self.engine.total_gpus if self.engine is not None else sum(len(v) for v in alloc.values())
         n = sum(len(v) for v in alloc.values())
@@ -159,9 +161,14 @@ class LocalExecutor(RunExecutor):
         n = sum(len(v) for v in alloc.values())
         with self._lock:
             run = self._runs.get(job.id)
-            return (isinstance(run, _Run) and run.elastic is not None and run.stopping is None
-                    and job.id not in self._relaunch and len(alloc) == 1
-                    and run.elastic[0] <= n <= run.elastic[1])
+            ok = (isinstance(run, _Run) and run.elastic is not None and run.stopping is None
+                  and job.id not in self._relaunch and len(alloc) == 1
+                  and run.elastic[0] <= n <= run.elastic[1])
+        if ok and Launcher(job.spec.launcher) is Launcher.torchrun:  # its slots, its last resize
+            ok = len(job.alloc) == 1 and list(job.alloc) == list(alloc) and _torchrun_resizable(
+                list(next(iter(job.alloc.values()))), list(next(iter(alloc.values()))),
+                job.extra.get(pauses.PENDING_KEY), time.time())
+        return ok
 
     def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
         alloc = dict(job.alloc)

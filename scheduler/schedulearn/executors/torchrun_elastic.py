@@ -1,0 +1,325 @@
+"""torchrun jobs resized in place on one host: one torchrun elastic agent per GPU.
+
+A `torchrun` job that asks for `resize: "in-place"` and is elastic runs, on the local executor,
+as this file's *supervisor* (`python torchrun_elastic.py supervise ...`, the run's one process
+as the executor sees it: its pid file, its process group, its exit status). The supervisor
+starts one torchrun elastic agent per GPU of the job — each an elastic "node" of
+`--nproc-per-node 1` in one c10d rendezvous (`--nnodes MIN:MAX`, `127.0.0.1:<port>`, hosted by
+the agent of slot 0, which a shrink never removes) — and watches the job's `gpus` file (written
+by the executor, the job's GPUs in slot order, see `launch.elastic_files`):
+
+* **grow** — an agent is started for each new GPU; it waits in the rendezvous, the running
+  agents see a node waiting and restart their workers (a membership change: not a failure, it
+  does not use up `--max-restarts`), and a new round runs on all of them.
+* **shrink** — the agents of the removed slots get SIGTERM: each stops its worker (which saves
+  its checkpoint, `schedulearn.elastic.Checkpointer`, after the step it is in; its peers, who
+  agree on stopping at every step, save the same step and stop too) and then *leaves* the
+  rendezvous (`agent` below: torchrun itself, on a signal, neither leaves nor closes it; a node
+  that merely died would hold the next round up until its heartbeats expire). The surviving
+  agents see their workers stop, restart them, and a new round runs without the removed ones.
+
+What survives a resize in place: the job in the scheduler (same run, `job.restarts` and
+`SCHEDULEARN_RESTART_COUNT` unchanged), the supervisor and the agents of the surviving GPUs
+(their processes, the rendezvous and its store, hosted by slot 0), the job's log and directory,
+and each surviving slot's GPU. What does not: every worker process (torchrun restarts all the
+workers of a rendezvous round), so nothing in a worker's memory survives — the workers resume
+from the job's checkpoint exactly as after a checkpoint-restart, which the stop at a step
+boundary makes exact (no step lost or repeated).
+
+A surviving agent counts the stop of its worker in a shrink as a failure (its
+`--max-restarts`; in a grow too, when its worker stopped with its peers' before the agent saw
+the new node), so the agents run with a `--max-restarts` that cannot run out, and the
+supervisor keeps the job's own failure policy: a slot whose worker was restarted for failures
+more often than the resizes it went through (its agent's `TORCHELASTIC_RESTART_COUNT`, recorded
+in `workers/<slot>.restarts` by the slot wrapper) had a real failure, and the job stops with
+it, as a `torchrun` job does without `--max-restarts`.
+
+Each agent's worker runs through a `/bin/sh` wrapper that records its pid in `workers/<slot>`
+(what the executor waits for before it gives a shrink's GPUs back) and its agent's restart
+count; `CUDA_VISIBLE_DEVICES` of each agent (and its worker) is its slot's GPU, `LOCAL_RANK` is
+0, `RANK`/`WORLD_SIZE` are the round's. `SCHEDULEARN_NUM_NODES=1` tells `schedulearn.elastic`
+that the job is on one host (torchrun's `LOCAL_WORLD_SIZE` is 1 here).
+
+This file is run by its path with the job's Python (the supervisor uses the standard library
+only; the agent imports torch), like `schedulearn/run.py`; `supervisor_argv` is the executor's
+side. See docs/resize.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+#: the job directory's files (the same names as `launch.GPUS_FILE`, `launch.WORKERS_DIR`)
+GPUS_FILE = "gpus"
+WORKERS_DIR = "workers"
+#: what the agents' `--max-restarts` is: never reached (the supervisor counts failures itself)
+AGENT_MAX_RESTARTS = 1_000_000
+#: the rendezvous settings: 1 s of last call (one host), heartbeats every second, a node
+#: silent for 3 s is dead (what holds a round up when an agent dies without leaving)
+RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+#: seconds the other agents get to end once one has ended well (those of the last round end
+#: together, past torchrun's exit barrier; one a grow started too late never would)
+FINISH_WAIT = 10.0
+#: seconds between two looks at the `gpus` file and the agents
+POLL = 0.1
+#: each worker's wrapper: its pid and its agent's failure restarts under `workers/`, then the job
+_SLOT_WRAPPER = ('w="$SCHEDULEARN_JOB_DIR/workers/$SCHEDULEARN_SLOT"; echo $$ > "$w"; '
+                 'echo "${TORCHELASTIC_RESTART_COUNT:-0}" > "$w.restarts"; exec "$@"')
+SCRIPT = os.path.abspath(__file__)
+#: an unmeasured resize in place younger than this (seconds) keeps the next one from being in
+#: place: a round may still be forming (see `resizable`)
+SETTLE_S = 60.0
+
+
+def supervisor_argv(python: str, job_dir: str, nnodes: tuple[int, int], command: list[str]) -> list[str]:
+    """The run's command: the supervisor for a job of `nnodes` (min, max) GPUs whose workers
+    run `command` (the job's own command, through the job runner)."""
+    return [python, "-u", SCRIPT, "supervise", "--job-dir", job_dir, "--nnodes", f"{nnodes[0]}:{nnodes[1]}",
+            "--", *command]
+
+
+def resizable(old: list[int], new: list[int], pending: dict | None, now: float) -> bool:
+    """Whether a job on GPUs `old` (slot order) can move to `new` in place: the running slots
+    keep their GPUs (a grow appends, a shrink keeps the first: the slot-0 agent hosts the
+    rendezvous), and the previous resize in place has taken effect — its pause is measured
+    (the job reported a step at its new size) or `SETTLE_S` have passed. A resize that lands
+    while a round is forming could leave a worker waiting for a peer whose agent has gone;
+    it is a checkpoint-restart instead."""
+    k = min(len(old), len(new))
+    if list(old[:k]) != list(new[:k]):
+        return False
+    return not (pending and pending.get("in_place") and now - float(pending.get("t", 0)) < SETTLE_S)
+
+
+def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, command: list[str]) -> list[str]:
+    """One GPU's torchrun elastic agent (through `agent`, which leaves the rendezvous on SIGTERM)."""
+    conf = f"{RDZV_CONF},is_host={1 if slot == 0 else 0}"
+    return [python, "-u", SCRIPT, "agent", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
+            f"--max-restarts={AGENT_MAX_RESTARTS}", "--monitor-interval=0.1", "--no-python",
+            "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", *command]
+
+
+# -- the agent: torchrun, leaving the rendezvous when it is stopped -------------------------------
+def agent(argv: list[str]) -> None:
+    """`torch.distributed.run` with `argv`; on SIGTERM (a shrink, or the job stopped) its
+    worker is stopped as torchrun does, then this node leaves the rendezvous, so that the next
+    round starts at once instead of after its heartbeats expire. (torchrun has no public call
+    for leaving; where its private one is missing the round waits for the heartbeats.)"""
+    import torch.distributed.elastic.rendezvous.registry as registry
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    handlers = []
+    get = registry.get_rendezvous_handler
+
+    def get_rendezvous_handler(params):
+        handler = get(params)
+        handlers.append(handler)
+        return handler
+
+    registry.get_rendezvous_handler = get_rendezvous_handler
+    try:
+        run.main(argv)
+    except SignalException:
+        for handler in handlers:
+            _leave(handler)
+        raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _leave(handler) -> None:
+    try:
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+        handler._stop_heartbeats()
+        handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 5.0)
+    except Exception as e:  # noqa: BLE001 - the round then waits for the heartbeats to expire
+        print(f"schedulearn: torchrun agent could not leave the rendezvous: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+
+
+# -- the supervisor -------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_gpus(job_dir: str) -> list[str] | None:
+    try:
+        with open(os.path.join(job_dir, GPUS_FILE)) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return [g for g in text.split(",") if g] or None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _say(text: str) -> None:
+    print(f"schedulearn: {text}", flush=True)
+
+
+class Supervisor:
+    def __init__(self, job_dir: str, nnodes: str, command: list[str]):
+        self.job_dir, self.nnodes, self.command = job_dir, nnodes, command
+        self.port = _free_port()
+        self.run_id = (f"schedulearn-{os.environ.get('SCHEDULEARN_JOB_ID', '0')}-"
+                       f"{os.environ.get('SCHEDULEARN_RESTART_COUNT', '0')}")
+        self.agents: dict[int, subprocess.Popen] = {}  # slot -> its agent
+        self.gpus: list[str] = []  # the GPU of each slot, as the agents were started
+        self.resizes: dict[int, int] = {}  # slot -> resizes it went through (failures it is allowed)
+        self.leaving: list[subprocess.Popen] = []  # agents a shrink removed, until they are gone
+        self.stopping = False
+        self.finished: float | None = None  # when the first agent ended well (the training is over)
+
+    def start(self, slot: int, gpu: str) -> None:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, SCHEDULEARN_SLOT=str(slot),
+                   SCHEDULEARN_NUM_NODES="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+        for name in (str(slot), f"{slot}.restarts"):
+            try:
+                os.unlink(os.path.join(self.job_dir, WORKERS_DIR, name))
+            except OSError:
+                pass
+        self.agents[slot] = subprocess.Popen(
+            agent_argv(sys.executable, slot, self.nnodes, self.port, self.run_id, self.command), env=env)
+        self.resizes[slot] = 0
+
+    def apply(self, gpus: list[str]) -> None:
+        """Move to `gpus` (slot order): stop the agents of removed slots, start new ones."""
+        was = self.gpus
+        if gpus[:min(len(was), len(gpus))] != was[:min(len(was), len(gpus))]:
+            _say(f"the GPUs of running slots changed ({','.join(was)} -> {','.join(gpus)}): not resizable "
+                 "in place; stopping")
+            raise SystemExit(1)
+        for slot in range(len(gpus), len(was)):  # a shrink: the highest slots leave
+            agent = self.agents.pop(slot)
+            self.resizes.pop(slot, None)
+            try:
+                agent.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+            self.leaving.append(agent)
+        for slot in self.agents:  # its worker may stop as if it failed (see the module's doc)
+            self.resizes[slot] += 1
+        for slot in range(len(was), len(gpus)):  # a grow: new slots join
+            self.start(slot, gpus[slot])
+        self.gpus = list(gpus)
+
+    def failed_slot(self) -> int | None:
+        """A slot whose worker was restarted for a failure more often than it was resized."""
+        for slot, allowed in self.resizes.items():
+            n = _read_int(os.path.join(self.job_dir, WORKERS_DIR, f"{slot}.restarts"))
+            if n is not None and n > allowed:
+                return slot
+        return None
+
+    def stop_all(self, sig: int = signal.SIGTERM) -> None:
+        for agent in [*self.agents.values(), *self.leaving]:
+            try:
+                agent.send_signal(sig)
+            except OSError:
+                pass
+
+    def wait_all(self) -> None:
+        for agent in [*self.agents.values(), *self.leaving]:
+            agent.wait()
+
+    def run(self) -> int:
+        gpus = _read_gpus(self.job_dir)
+        if gpus is None:
+            _say(f"no GPUs in {os.path.join(self.job_dir, GPUS_FILE)}")
+            return 1
+        self.apply(gpus)
+        while True:
+            if self.stopping:  # the executor signalled the whole process group: agents too
+                self.wait_all()
+                return 128 + signal.SIGTERM
+            self.leaving = [a for a in self.leaving if a.poll() is None]
+            for slot, agent in list(self.agents.items()):
+                code = agent.poll()
+                if code is None:
+                    continue
+                del self.agents[slot]
+                if code != 0 and self.finished is None:
+                    _say(f"the torchrun agent of slot {slot} (GPU {self.gpus[slot]}) ended with status "
+                         f"{code}; stopping the job")
+                    self.stop_all()
+                    self.wait_all()
+                    return code
+                if code == 0 and self.finished is None:
+                    self.finished = time.monotonic()
+            if not self.agents:
+                self.wait_all()
+                return 0
+            if self.finished is not None:  # the training is over; an agent that has not ended by
+                if time.monotonic() - self.finished > FINISH_WAIT:  # now joined too late: it goes
+                    self.stop_all()
+                    self.wait_all()
+                    return 0
+                time.sleep(POLL)
+                continue
+            slot = self.failed_slot()
+            if slot is not None:
+                _say(f"a worker failed (slot {slot}, GPU {self.gpus[slot]}: torchrun restarted it outside a "
+                     "resize); stopping the job")
+                self.stop_all()
+                self.wait_all()
+                return 1
+            gpus = _read_gpus(self.job_dir)
+            if gpus is not None and gpus != self.gpus:
+                self.apply(gpus)
+            time.sleep(POLL)
+
+
+def supervise(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="torchrun_elastic.py supervise")
+    ap.add_argument("--job-dir", required=True)
+    ap.add_argument("--nnodes", required=True)
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no command")
+    os.makedirs(os.path.join(args.job_dir, WORKERS_DIR), exist_ok=True)
+    sup = Supervisor(args.job_dir, args.nnodes, command)
+
+    def on_signal(signum, frame):
+        sup.stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return sup.run()
+    except SystemExit as e:
+        sup.stop_all()
+        sup.wait_all()
+        return int(e.code or 0)
+
+
+def main(argv: list[str]) -> None:
+    here = os.path.dirname(SCRIPT)  # run by path: this folder's modules must not shadow others
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if argv[:1] == ["agent"]:
+        agent(argv[1:])
+        return
+    if argv[:1] == ["supervise"]:
+        raise SystemExit(supervise(argv[1:]))
+    raise SystemExit("usage: torchrun_elastic.py supervise --job-dir DIR --nnodes MIN:MAX -- COMMAND...")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

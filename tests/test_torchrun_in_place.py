@@ -1,0 +1,186 @@
+"""Resize in place for torchrun: one elastic agent per GPU under the executor's supervisor
+(`schedulearn.executors.torchrun_elastic`), real torchrun jobs on CPU (gloo) under virtual GPUs.
+
+The main test drives an elastic torchrun job A (`resize: in-place`, 1..2 GPUs) through the
+engine on a 3-GPU host under elastic-fifo: A starts on GPUs 0 and 1, job C takes GPU 2, job B
+arrives and the policy shrinks A to GPU 0 (the agent of slot 1 leaves the rendezvous); when C
+ends A grows back to GPUs 0 and 2 (a new agent joins). Every resize is a new rendezvous round in
+which the workers restart from the checkpoint they saved at the step boundary: the step counter
+goes on exactly, `restarts` and `SCHEDULEARN_RESTART_COUNT` stay 0, the run is never relaunched,
+each agent's worker sees its own GPU, and the model ends equal to an unresized run's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+
+from schedulearn import pauses
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors import launch, torchrun_elastic
+from schedulearn.executors.launch import build_workers
+from schedulearn.executors.local import LocalExecutor
+from schedulearn.model import JobSpec, JobState, virtual_cluster
+from schedulearn.store.sql import SqlStore
+
+from tests.conftest import require, wait_for
+from tests.test_elastic_resize import JOBS, _has_torch
+
+STEPS = 70
+PREFIX = r"^(?:\[rank\d+\]: )?"
+STEP = re.compile(PREFIX + r"step (\d+) world (\d) restart (\d+)$", re.M)
+WORKER = re.compile(PREFIX + r"worker rank (\d) world (\d) cuda (\S+) pid (\d+)$", re.M)
+
+
+def test_torchrun_in_place_runs_one_elastic_agent_per_gpu_under_the_supervisor(tmp_path):
+    """The launch: the supervisor with the job's elastic range and its command; each agent an
+    elastic node of one process in a c10d rendezvous that slot 0 hosts, restarts that cannot run
+    out, the worker through the slot wrapper. Every other torchrun job keeps the plain launch."""
+    spec = JobSpec(command=["python", "train.py"], launcher="torchrun", gpus="auto", min_gpus=1, max_gpus=3,
+                   resize="in-place")
+    (w,) = build_workers(spec, 7, {"node0": (4, 2)}, tmp_path, python="py", elastic_np=(1, 3))
+    assert w.argv[:8] == ["py", "-u", torchrun_elastic.SCRIPT, "supervise", "--job-dir", str(tmp_path),
+                          "--nnodes", "1:3"]
+    assert w.argv[8] == "--" and w.argv[9:] == ["python", launch.RUNNER, "train.py"]
+    (plain,) = build_workers(spec, 7, {"node0": (4, 2)}, tmp_path, python="py")
+    assert "--standalone" in plain.argv and "supervise" not in plain.argv
+    assert torchrun_elastic.GPUS_FILE == launch.GPUS_FILE
+    assert torchrun_elastic.WORKERS_DIR == launch.WORKERS_DIR
+
+    a0 = torchrun_elastic.agent_argv("py", 0, "1:3", 29999, "rid", ["py", "x.py"])
+    a1 = torchrun_elastic.agent_argv("py", 1, "1:3", 29999, "rid", ["py", "x.py"])
+    for a in (a0, a1):
+        assert a[:4] == ["py", "-u", torchrun_elastic.SCRIPT, "agent"]
+        assert {"--nnodes=1:3", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-id=rid",
+                "--rdzv-endpoint=127.0.0.1:29999", "--no-python"} <= set(a)
+        assert int(next(x for x in a if x.startswith("--max-restarts=")).split("=")[1]) >= 10**6
+        assert a[-3:] == ["schedulearn-slot", "py", "x.py"]
+    assert "is_host=1" in next(x for x in a0 if x.startswith("--rdzv-conf="))  # slot 0 hosts the store
+    assert "is_host=0" in next(x for x in a1 if x.startswith("--rdzv-conf="))
+
+
+def test_a_torchrun_resize_is_in_place_only_when_the_slots_keep_their_gpus_and_the_last_one_took_effect():
+    ok = torchrun_elastic.resizable
+    assert ok([0, 1], [0], None, 100.0) and ok([0], [0, 2], None, 100.0)
+    assert not ok([0, 1], [1], None, 100.0)  # slot 0 (the rendezvous host) would change GPU
+    assert not ok([0, 1], [1, 0, 2], None, 100.0)
+    unmeasured = {"t": 90.0, "in_place": True}
+    assert not ok([0], [0, 1], unmeasured, 100.0)  # a round may still be forming
+    assert ok([0], [0, 1], unmeasured, 90.0 + torchrun_elastic.SETTLE_S + 1)
+    assert ok([0], [0, 1], {"t": 90.0, "in_place": False}, 100.0)
+
+
+def test_a_worker_that_fails_outside_a_resize_fails_the_job_once(tmp_path):
+    """The agents' `--max-restarts` never runs out (a shrink stops survivors' workers as a
+    failure would); the supervisor keeps the job's policy: a real failure ends the job, it is
+    not restarted again and again."""
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=10)
+        eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            a = eng.submit({"command": ["python", str(JOBS / "crash.py")], "launcher": "torchrun",
+                            "gpus": "auto", "min_gpus": 1, "max_gpus": 2, "resize": "in-place"})
+            t0 = time.monotonic()
+            await wait_for(lambda: a.state.final, 120, "the failing job to end")
+            text = ex.logs(a.id)
+            assert a.state is JobState.failed, text[-3000:]
+            assert "torchrun restarted it outside a resize); stopping the job" in text
+            assert 2 <= text.count("working on it") <= 2 * 3  # two workers, a round or two: not a loop
+            assert "RuntimeError: boom: the model diverged at step 3" in a.reason
+            assert time.monotonic() - t0 < 90
+            assert a.restarts == 0 and text.count("=== schedulearn: start #") == 1
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())
+
+
+def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    release_b, release_c = tmp_path / "release-b", tmp_path / "release-c"
+
+    async def main():
+        store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=20)
+        eng = Engine(virtual_cluster(1, 3), "elastic-fifo", executor=ex, store=store)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            a = eng.submit({"name": "torchrun-elastic", "command": ["python", str(JOBS / "elastic_train.py")],
+                            "launcher": "torchrun", "gpus": "auto", "min_gpus": 1, "max_gpus": 2,
+                            "resize": "in-place", "env": {"TRAIN_STEPS": str(STEPS), "STEP_SLEEP": "0.15"}})
+            await wait_for(lambda: re.search(PREFIX + r"step [3-9] world 2", ex.logs(a.id), re.M), 120,
+                           "the job to train on 2 GPUs")
+            assert a.alloc == {"node0": (0, 1)}
+            c = eng.submit({"command": [sys.executable, str(JOBS / "show_env.py"), str(release_c)],
+                            "gpus": 1})
+            await wait_for(lambda: c.state is JobState.running, 30, "job C to start on the free GPU")
+            assert a.size == 2 and c.alloc == {"node0": (2,)}
+            b = eng.submit({"command": [sys.executable, str(JOBS / "show_env.py"), str(release_b)],
+                            "gpus": 1})
+            await wait_for(lambda: b.state is JobState.running, 60, "job B to start (A shrunk in place)")
+            assert a.size == 1 and a.alloc == {"node0": (0,)} and b.alloc == {"node0": (1,)}
+            await wait_for(lambda: len(pauses.measured(a, True)) == 1, 90,
+                           "A to train on 1 GPU (the shrink's pause measured)")
+            release_c.touch()
+            await wait_for(lambda: c.state.final, 30, "job C to end")
+            await wait_for(lambda: a.size == 2, 20, "A to grow back (in place)")
+            assert a.alloc == {"node0": (0, 2)}  # slot 0 keeps GPU 0; the new slot is GPU 2
+            await wait_for(lambda: a.state.final, 180, "the resized job to finish")
+            text = ex.logs(a.id)
+            assert a.state is JobState.succeeded, a.reason + "\n" + text[-4000:]
+            assert a.restarts == 0 and a.extra[pauses.IN_PLACE_KEY] == 2
+            assert text.count("=== schedulearn: start #") == 1  # one launch: the run was never relaunched
+
+            steps = [(int(s), int(w), int(r)) for s, w, r in STEP.findall(text)]
+            assert [s for s, *_ in steps] == list(range(1, STEPS + 1)), steps  # not a step lost or repeated
+            worlds = [w for i, (_, w, _) in enumerate(steps) if i == 0 or steps[i - 1][1] != w]
+            assert worlds == [2, 1, 2], worlds
+            assert {r for *_, r in steps} == {0}  # SCHEDULEARN_RESTART_COUNT never changed
+
+            # every worker sees its agent's GPU: 0 and 1, then 0 alone, then 0 and 2
+            workers = [(int(r), int(n), cuda, int(p)) for r, n, cuda, p in WORKER.findall(text)]
+            by_world = {n: sorted(cuda for _, m, cuda, _ in workers if m == n) for n in (1, 2)}
+            assert set(by_world[1]) == {"0"}, workers
+            assert by_world[2].count("0") == by_world[2].count("1") + by_world[2].count("2"), workers
+            assert "1" in by_world[2] and "2" in by_world[2] and set(by_world[2]) == {"0", "1", "2"}, workers
+            assert len({p for *_, p in workers}) == len(workers)  # workers restart: a new process each round
+            assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
+            assert "could not leave the rendezvous" not in text  # the removed agent left it
+            assert "resized in place: 1 -> 2 GPUs, CUDA_VISIBLE_DEVICES=0,2 ===" in text
+
+            events = store.events(a.id)
+            resized = [e["data"] for e in events if e["kind"] == "resized"]
+            assert [(d["gpus"], d["in_place"], d["run"]) for d in resized] == [(1, True, 0), (2, True, 0)]
+            measured = [e["data"] for e in events if e["kind"] == "resize_pause"]
+            assert [(d["from"], d["to"], d["in_place"]) for d in measured] == [(2, 1, True), (1, 2, True)]
+            assert all(0 < d["pause_s"] < 30 and d["first_step_t"] > d["last_step_t"] for d in measured)
+            reports = (tmp_path / "jobs" / str(a.id) / "metrics.jsonl").read_text().splitlines()
+            metrics = [json.loads(m) for m in reports]
+            assert {m["num_nodes"] for m in metrics} == {1}  # one host, though each agent is a "node"
+
+            sys.path.insert(0, str(JOBS))
+            try:
+                import elastic_train
+            finally:
+                sys.path.remove(str(JOBS))
+            final = json.loads((tmp_path / "jobs" / str(a.id) / "final.json").read_text())
+            expected = elastic_train.reference(STEPS)
+            assert max(abs(x - y) for x, y in zip(final, expected, strict=True)) < 1e-9, (final, expected)
+            release_b.touch()
+            await wait_for(lambda: b.state.final, 30, "job B to end")
+            assert b.state is JobState.succeeded and c.state is JobState.succeeded
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+            store.close()
+
+    asyncio.run(main())

@@ -141,7 +141,45 @@ def test_progress_across_a_restart_is_not_a_rate():
     ingest(job, [_report(0, 1, 128, progress=0.0), _report(60, 1, 128, progress=0.06),
                  _report(300, 2, 128, progress=0.07, restart=1)])
     (span,) = job.extra["reports"]["spans"].values()
-    assert span == pytest.approx([60.0, 0.06, 128])  # seconds, progress, the batch size last used
+    # seconds, progress, the batch size last used, seconds x statistical efficiency (1: no statistics)
+    assert span == pytest.approx([60.0, 0.06, 128, 60.0])
+
+
+def test_past_progress_is_judged_at_the_efficiency_of_its_time():
+    """A job whose gradient noise grows as it trains makes more progress per sample later: the
+    work its past progress cost is counted at the statistical efficiency it had then (the
+    statistics of each report), not at today's, which would count more work than it did."""
+    job = _job(batch_size=512)
+    thr = 512 / float(TRUE.step_time(1, 2, 256))  # samples per second on 2 GPUs
+    work = 1e6  # the whole job, in goodput-seconds (initial-batch samples)
+    p, recs = 0.0, []
+    for i in range(21):  # a report a minute; the statistics are those of the minute before it
+        var = 1.0 if i <= 10 else 20.0
+        if i:
+            p += 60 * thr * (var + 1.0) / (var + 4.0) / work  # efficiency at 4x the initial batch
+        recs.append(_report(60.0 * i, 2, 512, progress=p, init_batch_size=128, grad_sqr=1.0, grad_var=var))
+    ingest(job, recs)
+    est = estimate(job, 1200.0)
+    assert est.remaining_work() == pytest.approx((1 - p) * work, rel=0.03)
+    # judged by today's efficiency (0.875 against 0.4 in the first ten minutes): far more
+    (span,) = job.extra["reports"]["spans"].values()
+    today = span[0] * est.goodput((2,)) / span[1]
+    assert today > 1.15 * work
+
+
+def test_expected_speedup_lies_between_todays_and_throughputs_early_and_is_todays_late():
+    from schedulearn.estimates.deadline import EFFICIENCY_GROWTH, expected_curve
+
+    job = _job(batch_size=128, adaptive_batch=True)
+    ingest(job, [_report(t, n, 128, init_batch_size=128, max_batch_size=4096, grad_sqr=1.0, grad_var=0.5,
+                         progress=0.01 * i) for i, (t, n) in enumerate([(0, 1), (60, 1), (120, 2), (180, 2)])])
+    est = estimate(job, 180.0)
+    today, hope, mid = est.curve(8, 4), est.curve(8, 4, False), expected_curve(est, 8, 4)
+    assert today[8] < mid[8] < hope[8]
+    w = EFFICIENCY_GROWTH - est.progress
+    assert mid[8] == pytest.approx(today[8] ** (1 - w) * hope[8] ** w)
+    est.progress = EFFICIENCY_GROWTH
+    assert expected_curve(est, 8, 4) == today
 
 
 def test_work_left_without_progress_comes_from_history_or_service():

@@ -122,6 +122,12 @@ class Estimate:
             hit = self._goodput[key] = float(g.max())
         return hit
 
+    def throughput(self, shape: tuple[int, ...], batch: int) -> float:
+        """Samples per second on `shape` at global batch `batch` (the fitted step time)."""
+        r = float(sum(shape))
+        m, a = configure(r, float(batch), self.lmax, self.b0)
+        return batch / float(self.perf.step_time(len(shape), r, m, a))
+
     def best_batch(self, shape: tuple[int, ...]) -> int | None:
         """The batch size with the most goodput on `shape` (the current one for a fixed-batch job)."""
         if not self.adaptive:
@@ -167,9 +173,14 @@ class Estimate:
             return None
         work = done = 0.0
         for key, value in spans.items():
-            k, r, dt, dp, b = _span(key, value)
+            k, r, dt, dp, b, edt = _span(key, value)
             shape = packed_shape(r, max(-(-r // k), 1))
-            work += dt * (self.goodput(shape, None if self.adaptive else b) if self.perf is not None else r)
+            if self.perf is None:
+                work += dt * r
+            elif edt is not None and b and self.grad is not None:  # its efficiency then, not now
+                work += edt * self.throughput(shape, b)
+            else:
+                work += dt * self.goodput(shape, None if self.adaptive else b)
             done += dp
         return work / done if done > 1e-9 else None
 
@@ -193,12 +204,14 @@ class Estimate:
         return w / g if g > 0 else None
 
 
-def _span(key: str, value: list) -> tuple[int, int, float, float, int | None]:
-    """(nodes, GPUs, seconds, progress, batch size) of a span: key `k,r`, value `[dt, dp, b]`
-    (reports stored before the batch size moved into the value: key `k,r,b`, value `[dt, dp]`)."""
+def _span(key: str, value: list) -> tuple[int, int, float, float, int | None, float | None]:
+    """(nodes, GPUs, seconds, progress, batch size, seconds x statistical efficiency then) of a
+    span: key `k,r`, value `[dt, dp, b, edt]` (older ones: `[dt, dp, b]`, or key `k,r,b` and
+    `[dt, dp]`; edt None: judged by today's efficiency)."""
     k, r, *old = key.split(",")
     b = value[2] if len(value) > 2 else (int(old[0]) if old and old[0] != "None" else None)
-    return int(k), int(r), float(value[0]), float(value[1]), b
+    edt = float(value[3]) if len(value) > 3 and value[3] is not None else None
+    return int(k), int(r), float(value[0]), float(value[1]), b, edt
 
 
 def estimate(job: Job, now: float, history: Any = None) -> Estimate:

@@ -22,7 +22,10 @@ A report is one JSON object — a line of the job directory's `metrics.jsonl`, w
 the store — and bumps its version so cached estimates are rebuilt. Per configuration (nodes, GPUs,
 micro-batch, accumulation) the mean step and compute times; the latest gradient statistics; the
 batch-size bounds; the last progress; and, per (nodes, GPUs), the running time and progress
-between consecutive reports of one run and the last batch size (`spans`), from which
+between consecutive reports of one run, the last batch size, and the running time weighted by
+the statistical efficiency of its batch size *at the time* (`efficiency`: the gradient statistics
+of the time, not today's: an adaptive job's efficiency at large batches grows as it trains, and
+judging its past by today's statistics would count more work than it did) (`spans`), from which
 `estimates.job` works out the work left.
 """
 
@@ -136,14 +139,33 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
         for v in spans.values():
             v[0] *= SPAN_DECAY
             v[1] *= SPAN_DECAY
+            if len(v) > 3:
+                v[3] *= SPAN_DECAY
         sk = f"{k},{r}"  # (an adaptive job changes its batch size as it goes: the rate on the GPUs)
-        span = spans.get(sk) or [0.0, 0.0, b]
-        span[0] += t - last[0]
+        span = spans.get(sk) or [0.0, 0.0, b, 0.0]
+        if len(span) < 4:  # kept before the efficiency was: counted at today's from here on
+            span.append(None)
+        dt = t - last[0]
+        span[0] += dt
         span[1] += p - last[1]
         span[2] = b
+        if span[3] is not None:
+            span[3] += dt * efficiency(st, last[3][2] or b)
         spans[sk] = span
     st["last"] = [t, p, run, [k, r, b]]
     st["progress"] = p
+
+
+def efficiency(st: dict[str, Any], batch: int | None) -> float:
+    """Statistical efficiency of a step at global batch `batch` by the gradient statistics known
+    now (the job's latest): progress per sample relative to the initial batch size's, Pollux's
+    (var + sqr) / (var + sqr * B / B0). 1 without statistics or batch sizes."""
+    grad, b0 = st.get("grad"), st.get("init_batch_size")
+    if not grad or not batch or not b0:
+        return 1.0
+    sqr, var = grad
+    s = batch / b0
+    return (var + sqr) / (var + sqr * s) if var + sqr * s > 0 else 1.0
 
 
 # -- live: metrics.jsonl -------------------------------------------------------------------------

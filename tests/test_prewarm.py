@@ -6,7 +6,9 @@ preloaded module already imported, is a child of the server (not the client), an
 appended to the slot's `workers/` file; the client ends with the worker's exit code or signal,
 forwards SIGTERM, and takes its worker with it when killed. A request the server must not fork
 (another environment) and a client without a server run the command by exec instead. The
-server leaves when its parent does, removing its socket.
+server leaves when its parent does, removing its socket. A torchrun agent's worker, whose
+environment differs in exactly the variables torch's elastic agent sets (checked against a real
+torchrun), is forked, anything more is exec'd.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 from schedulearn.executors.launch import PREWARM
-from schedulearn.prewarm import SOCKET_NAME
+from schedulearn.prewarm import SOCKET_NAME, TORCHRUN_NAMES
 
 from tests.conftest import require
+from tests.test_elastic_resize import _has_torch
 
 PROBE = """
 import os, signal, sys, time
@@ -158,3 +162,65 @@ def test_the_client_forwards_signals_and_ends_as_its_worker(tmp_path):
         _wait(lambda: not _alive(worker), 10, "the worker of a killed client to end")
     finally:
         srv.close()
+
+
+def _torchrun_worker_env(tmp_path) -> dict[str, str]:
+    """What a worker of torchrun's elastic agent gets (torchrun_elastic.py's agents set
+    SCHEDULEARN_SLOT and the GPU; torch the rest, see test below)."""
+    return {**_env(tmp_path), "SCHEDULEARN_SLOT": "1", "CUDA_VISIBLE_DEVICES": "2", "RANK": "1",
+            "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1",
+            "GROUP_WORLD_SIZE": "2",
+            "ROLE_RANK": "1", "ROLE_WORLD_SIZE": "2", "ROLE_NAME": "default", "MASTER_ADDR": "localhost",
+            "MASTER_PORT": "40001", "TORCHELASTIC_RESTART_COUNT": "3", "TORCHELASTIC_MAX_RESTARTS": "1000000",
+            "TORCHELASTIC_RUN_ID": "schedulearn-1-0", "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_ERROR_FILE": "/tmp/x/error.json",
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_a_torchrun_agents_worker_is_forked_and_its_slot_recorded(tmp_path):
+    """torchrun's per-worker variables may differ from the server's; the slot (SCHEDULEARN_SLOT)
+    names the `workers/` file and is taken out of the worker's environment."""
+    require(hasattr(os, "pidfd_open"), "needs pidfds (Linux 5.3)")
+    srv = Server(tmp_path, _env(tmp_path))
+    try:
+        (srv.dir / "workers" / "1").write_text("")
+        env = _torchrun_worker_env(tmp_path)
+        p = srv.client(tmp_path, "0", env=env)
+        out, err = p.communicate("hi\n", timeout=30)
+        got = json.loads(out)
+        assert p.returncode == 0 and got["preloaded"] and got["ppid"] == srv.pid() != p.pid, err
+        assert got["env"] == {k: v for k, v in env.items() if k != "SCHEDULEARN_SLOT"}
+        assert (srv.dir / "workers" / "1").read_text().split() == [str(got["pid"])]
+
+        # anything else that differs: exec'd (and the slot is gone from its environment too)
+        for extra in ({"OMP_NUM_THREADS": "1"}, {"TORCHELASTIC_ANYTHING": "1"}, {"TORCH_NCCL_X": "1"},
+                      {"MASTER_ADDRESS": "x"}, {"PYTHONPATH": "/elsewhere"}):
+            p = srv.client(tmp_path, "0", env={**env, **extra})
+            out, err = p.communicate("x\n", timeout=30)
+            got = json.loads(out)
+            assert p.returncode == 0 and not got["preloaded"] and got["pid"] == p.pid, (extra, err)
+            ((name, value),) = extra.items()
+            assert "SCHEDULEARN_SLOT" not in got["env"] and got["env"][name] == value
+            assert f"differs from the server's in {name}" in srv.text()
+    finally:
+        srv.close()
+
+
+def test_the_torchrun_names_are_exactly_what_torchruns_agent_sets(tmp_path):
+    """A real torchrun elastic agent's worker: the variables it has that its agent's environment
+    lacks are `TORCHRUN_NAMES` (but the watchdog's file, set only when its timer is on)."""
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    dump = tmp_path / "env.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
+                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=x",
+                    "--rdzv-conf=last_call_timeout=1,is_host=1", "--monitor-interval=0.1", "--no-python",
+                    sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120)
+    added = set(json.loads(dump.read_text())) - set(env)
+    assert added == TORCHRUN_NAMES - {"TORCHELASTIC_TIMER_FILE"}, added ^ TORCHRUN_NAMES

@@ -33,6 +33,7 @@ STEPS = 70
 PREFIX = r"^(?:\[rank\d+\]: )?"
 STEP = re.compile(PREFIX + r"step (\d+) world (\d) restart (\d+)$", re.M)
 WORKER = re.compile(PREFIX + r"worker rank (\d) world (\d) cuda (\S+) pid (\d+)$", re.M)
+PREWARMED = re.compile(PREFIX + r"worker pid (\d+) prewarmed ([01])$", re.M)
 
 
 def test_torchrun_in_place_runs_one_elastic_agent_per_gpu_under_the_supervisor(tmp_path):
@@ -57,7 +58,8 @@ def test_torchrun_in_place_runs_one_elastic_agent_per_gpu_under_the_supervisor(t
         assert {"--nnodes=1:3", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-id=rid",
                 "--rdzv-endpoint=127.0.0.1:29999", "--no-python"} <= set(a)
         assert int(next(x for x in a if x.startswith("--max-restarts=")).split("=")[1]) >= 10**6
-        assert a[-3:] == ["schedulearn-slot", "py", "x.py"]
+        # the job's command through the prewarm client
+        assert a[-5:] == ["schedulearn-slot", "py", torchrun_elastic.PREWARM, "py", "x.py"]
     assert "is_host=1" in next(x for x in a0 if x.startswith("--rdzv-conf="))  # slot 0 hosts the store
     assert "is_host=0" in next(x for x in a1 if x.startswith("--rdzv-conf="))
 
@@ -152,6 +154,13 @@ def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
             assert by_world[2].count("0") == by_world[2].count("1") + by_world[2].count("2"), workers
             assert "1" in by_world[2] and "2" in by_world[2] and set(by_world[2]) == {"0", "1", "2"}, workers
             assert len({p for *_, p in workers}) == len(workers)  # workers restart: a new process each round
+            # the workers of every resize's round were forked by the run's prewarm server (no
+            # cold start: torch imported before), with the environment an exec would give them
+            how = {int(p): int(pre) for p, pre in PREWARMED.findall(text)}
+            resized_at = text.index("resized in place: 2 -> 1 GPUs")
+            later = {p for *_, p in workers if text.index(f" pid {p}\n") > resized_at}
+            assert len(later) == 3 and all(how[p] == 1 for p in later), (how, later)
+            assert "schedulearn prewarm: ready" in text and "prewarm: cold start" not in text
             assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
             assert "could not leave the rendezvous" not in text  # the removed agent left it
             assert "resized in place: 1 -> 2 GPUs, CUDA_VISIBLE_DEVICES=0,2 ===" in text

@@ -1,24 +1,29 @@
 """Pre-warmed workers for jobs resized in place: a fork server per job, and its client.
 
 A worker that a resize in place adds (Horovod Elastic, see docs/resize.md) starts while the
-job's surviving workers wait for it at Horovod's rendezvous, so its cold start is the pause:
+job's surviving workers wait for it at Horovod's rendezvous — and under torchrun's elastic agents
+every worker of the new round starts so — so its cold start is the pause:
 the interpreter, `import torch` and `horovod.torch`, and the `torch._dynamo` import that the
 first `torch.optim` optimiser triggers — about 2 s on a 2-core host. This module takes that
 out of the pause:
 
-* `python -u prewarm.py serve JOB_DIR` — the fork server (one per run, started beside
-  `horovodrun` by the launch, see `schedulearn.executors.launch`): it imports the modules named
-  in `$SCHEDULEARN_PREWARM` (comma-separated; default `PRELOAD`; `0` or empty: none, no server),
-  then listens on `JOB_DIR/prewarm.sock` (mode 0600, peers of another uid refused). It exits
-  when its parent (`horovodrun`) is gone, after SIGTERM to the workers it forked.
+* `python -u prewarm.py serve JOB_DIR [MODULES]` — the fork server (one per run, started beside
+  `horovodrun` by the launch, see `schedulearn.executors.launch`, or by the supervisor of
+  torchrun's agents, `schedulearn.executors.torchrun_elastic`): it imports the modules named
+  in `$SCHEDULEARN_PREWARM` (comma-separated; default MODULES, else `PRELOAD`; `0` or empty:
+  none, no server) — imports only: a preload that initialised torch.distributed leaves no
+  server —, then listens on `JOB_DIR/prewarm.sock` (mode 0600, peers of another uid refused).
+  It exits when its parent (`horovodrun`, the supervisor) is gone, after SIGTERM to the
+  workers it forked.
 * `python -I -S prewarm.py fork COMMAND...` — the client, what each worker's slot wrapper
   execs instead of `COMMAND`. It hands the server its stdin/stdout/stderr (SCM_RIGHTS), its
   argv, its whole environment, cwd and umask; the server forks a worker that takes exactly
   those and runs the Python program as `python [-u] SCRIPT args` (or `-m MODULE`) would, with
   the preloaded modules already imported. The client stays as the worker's stand-in: its pid
-  is the one Horovod started (and the slot wrapper recorded), it forwards SIGTERM, SIGINT,
-  SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the worker, appends the worker's pid to the slot's
-  `workers/<local rank>` file, and ends as the worker ended (its exit code, or the same
+  is the one Horovod (or the torchrun agent) started and the slot wrapper recorded, it forwards
+  SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the worker, appends the worker's pid
+  to the slot's `workers/<slot>` file (`$SCHEDULEARN_SLOT`, which it takes out of the
+  environment, else `$HOROVOD_LOCAL_RANK`), and ends as the worker ended (its exit code, or the same
   signal). The worker dies with its client (the server kills it when the client's connection
   closes) and with the server (`PR_SET_PDEATHSIG`).
 
@@ -26,7 +31,10 @@ Whenever the server cannot run the command exactly as an exec would — no serve
 still importing, gone), a command that is not this interpreter running a script or module, an
 environment that differs from the server's in anything but the per-worker variables
 (`HOROVOD_*`, `NCCL_*` — read when Horovod and NCCL start, not at import —,
-`CUDA_VISIBLE_DEVICES` and the shell's `PWD`, `OLDPWD`, `SHLVL`, `_`) — the client
+`CUDA_VISIBLE_DEVICES`, what torchrun's elastic agent sets per worker (`TORCHRUN_NAMES`: `RANK`,
+`WORLD_SIZE`, `MASTER_PORT`, `TORCHELASTIC_RESTART_COUNT`... — read by `init_process_group`,
+not at import; not `OMP_NUM_THREADS`, which torch takes at import) and the shell's `PWD`,
+`OLDPWD`, `SHLVL`, `_`) — the client
 execs the command itself: a plain cold start, as without this module. What the preloaded
 imports themselves set in `os.environ` (torch sets `TORCHINDUCTOR_CACHE_DIR`) is set in each
 worker too, as those imports would in a cold start.
@@ -55,7 +63,22 @@ PRELOAD = "torch,torch._dynamo,horovod.torch,schedulearn.elastic"
 PRELOAD_ENV = "SCHEDULEARN_PREWARM"
 #: Variables allowed to differ between the server's environment and a worker's.
 PER_WORKER_PREFIXES = ("HOROVOD_", "NCCL_")
-PER_WORKER_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_"})
+#: what torch's elastic agent (torch 2.13, `LocalElasticAgent._start_workers`, its launcher and
+#: `start_processes`) sets for each worker it starts — read when the worker calls
+#: `init_process_group` or reports an error, not at import. `OMP_NUM_THREADS` is not among them:
+#: the agent only passes its own on, and torch's thread pool takes it at import, which a fork
+#: cannot redo.
+TORCHRUN_NAMES = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+    "TORCHELASTIC_TIMER_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING"})
+PER_WORKER_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_"}) | TORCHRUN_NAMES
+#: the slot whose `workers/<slot>` file the client appends its worker's pid to (torchrun's
+#: agents, `executors/torchrun_elastic.py`; Horovod's workers: `HOROVOD_LOCAL_RANK`). The
+#: client takes it out of the environment: the worker never sees it, forked or exec'd.
+SLOT_ENV = "SCHEDULEARN_SLOT"
 #: Signals the client passes on to its worker.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")
@@ -67,6 +90,7 @@ def client(argv: list[str]) -> None:  # NoReturn
     import json
 
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR")
+    slot = os.environ.pop(SLOT_ENV, None) or os.environ.get("HOROVOD_LOCAL_RANK")
     # a signal that comes before the worker's pid is known waits for it (or for the exec)
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     sock = _connect(job_dir) if job_dir and argv else None
@@ -87,7 +111,7 @@ def client(argv: list[str]) -> None:  # NoReturn
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f, pid=pid: _kill(pid, s))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    _record(job_dir, pid)
+    _record(job_dir, slot, pid)
     try:
         status = _recv_line(sock)
     except OSError:
@@ -156,9 +180,8 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _record(job_dir: str, pid: int) -> None:
+def _record(job_dir: str, rank: str | None, pid: int) -> None:
     """Append the worker's pid to its slot's file (the shrink waits for every pid there)."""
-    rank = os.environ.get("HOROVOD_LOCAL_RANK")
     if rank is None or not rank.isdigit():
         return
     try:
@@ -195,12 +218,13 @@ class _Request:
         self.import_env: dict[str, str | None] = {}  # what the preload changed in the environment
 
 
-def serve(job_dir: str) -> _Request | None:
-    """The server's loop; returns (in a forked worker only) the request that worker runs."""
+def serve(job_dir: str, preload: str = PRELOAD) -> _Request | None:
+    """The server's loop; returns (in a forked worker only) the request that worker runs.
+    `preload`: the modules to import unless `$SCHEDULEARN_PREWARM` names others."""
     import selectors
     import time
 
-    names = [m.strip() for m in os.environ.get(PRELOAD_ENV, PRELOAD).split(",") if m.strip() not in ("", "0")]
+    names = [m.strip() for m in os.environ.get(PRELOAD_ENV, preload).split(",") if m.strip() not in ("", "0")]
     if not names:
         return None
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -224,6 +248,10 @@ def serve(job_dir: str) -> _Request | None:
                   if os.environ.get(k) != base_env.get(k)}
     if failed:
         print(f"schedulearn prewarm: not preloaded: {'; '.join(failed)}", file=sys.stderr, flush=True)
+    if _distributed_started():  # a fork would share its sockets and threads: no server
+        print("schedulearn prewarm: not serving: a preloaded module initialised torch.distributed",
+              file=sys.stderr, flush=True)
+        return None
     if os.getppid() != parent:
         return None
     path = os.path.join(job_dir, SOCKET_NAME)
@@ -295,6 +323,16 @@ def serve(job_dir: str) -> _Request | None:
         if os.getpid() == server:  # not in a worker leaving the loop
             _leave(path, children)
     return None
+
+
+def _distributed_started() -> bool:
+    """Whether torch.distributed has a process group here (the preload may import it, never
+    initialise it: each forked worker initialises its own)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without the call: nothing was initialised by us
+        return False
 
 
 def _leave(path: str, children: dict) -> None:
@@ -464,12 +502,12 @@ def _become(req: _Request) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) >= 1 and argv[0] == "fork":
         client(argv[1:])
-    elif len(argv) == 2 and argv[0] == "serve":
-        req = serve(argv[1])
+    elif len(argv) in (2, 3) and argv[0] == "serve":
+        req = serve(*argv[1:])
         if req is not None:
             _become(req)
     else:
-        print("usage: prewarm.py serve JOB_DIR | fork COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: prewarm.py serve JOB_DIR [MODULES] | fork COMMAND [ARGS...]", file=sys.stderr)
         raise SystemExit(2)
 
 

@@ -5,7 +5,8 @@ computes the summed squared error of its contiguous slice divided by the global 
 the gradients are all-reduced (summed), so every step uses the full-batch gradient whatever the
 world size: a run resized 2 -> 1 -> 2 must end with the weights of an unresized run.
 Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`; every
-rank prints `worker rank <r> world <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` when it starts.
+rank prints `worker rank <r> world <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` when it starts,
+then `worker pid <pid> prewarmed <0|1>`: whether the run's prewarm server forked it.
 Runs under torchrun (torch.distributed, gloo), horovodrun (Horovod, gloo) or alone.
 """
 
@@ -18,6 +19,15 @@ from schedulearn import elastic
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
 SLEEP = float(os.environ.get("STEP_SLEEP", "0.05"))
+
+
+def prewarmed():
+    """Whether this worker was forked by the run's prewarm server (schedulearn.prewarm)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return b"prewarm.py\0serve" in f.read()
+    except OSError:
+        return False
 
 
 def data():
@@ -74,6 +84,7 @@ def main():
         print(f"restart {restart} world {world} resuming at {start}", flush=True)
     print(f"worker rank {rank} world {world} cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} pid {os.getpid()}",
           flush=True)
+    print(f"worker pid {os.getpid()} prewarmed {int(prewarmed())}", flush=True)
     x, y = data()
     lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world
     for step in range(start, STEPS):

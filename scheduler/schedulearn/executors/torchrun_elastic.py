@@ -62,15 +62,34 @@ AGENT_MAX_RESTARTS = 1_000_000
 #: the rendezvous settings: 1 s of last call (one host), heartbeats every second, a node
 #: silent for 3 s is dead (what holds a round up when an agent dies without leaving)
 RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+#: torch's rendezvous re-reads its shared state once a second while it waits, and caches it for
+#: a second (both hard-wired); the agents here read it every `RDZV_POLL` seconds (one host: a
+#: read of a local TCP store)
+RDZV_POLL = 0.1
+#: the last call of every round but an agent's first (the first keeps `RDZV_CONF`'s 1 s, in which
+#: the agents a run starts together all join): a resize's round is waited for by no one else
+#: (a shrink's survivors stop at the same step; a grow's new agent is already waiting)
+LATER_LAST_CALL = 0.25
 #: seconds the other agents get to end once one has ended well (those of the last round end
 #: together, past torchrun's exit barrier; one a grow started too late never would)
 FINISH_WAIT = 10.0
 #: seconds between two looks at the `gpus` file and the agents
 POLL = 0.1
-#: each worker's wrapper: its pid and its agent's failure restarts under `workers/`, then the job
+#: each worker's wrapper: its pid and its agent's failure restarts under `workers/`, then the job's
+#: command through the prewarm client (`$1`: Python, `$2`: prewarm.py), which forks the worker
+#: from the run's server of pre-warmed workers (or else execs the command)
 _SLOT_WRAPPER = ('w="$SCHEDULEARN_JOB_DIR/workers/$SCHEDULEARN_SLOT"; echo $$ > "$w"; '
-                 'echo "${TORCHELASTIC_RESTART_COUNT:-0}" > "$w.restarts"; exec "$@"')
+                 'echo "${TORCHELASTIC_RESTART_COUNT:-0}" > "$w.restarts"; '
+                 'p="$1"; q="$2"; shift 2; exec "$p" -I -S "$q" fork "$@"')
 SCRIPT = os.path.abspath(__file__)
+#: the fork server of pre-warmed workers (`schedulearn/prewarm.py`, run by its path)
+PREWARM = os.path.join(os.path.dirname(os.path.dirname(SCRIPT)), "prewarm.py")
+#: what it imports for a torchrun job (unless the job's `$SCHEDULEARN_PREWARM` says otherwise):
+#: no Horovod; torch.distributed imported, never initialised
+PRELOAD = "torch,torch._dynamo,torch.distributed,schedulearn.elastic"
+#: what the supervisor sets for every agent and its worker (and so for the prewarm server, whose
+#: environment a worker must match to be forked)
+AGENT_ENV = {"SCHEDULEARN_NUM_NODES": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 #: an unmeasured resize in place younger than this (seconds) keeps the next one from being in
 #: place: a round may still be forming (see `resizable`)
 SETTLE_S = 60.0
@@ -102,7 +121,7 @@ def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, comm
     return [python, "-u", SCRIPT, "agent", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
             f"--max-restarts={AGENT_MAX_RESTARTS}", "--monitor-interval=0.1", "--no-python",
-            "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", *command]
+            "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", python, PREWARM, *command]
 
 
 # -- the agent: torchrun, leaving the rendezvous when it is stopped -------------------------------
@@ -124,12 +143,48 @@ def agent(argv: list[str]) -> None:
         return handler
 
     registry.get_rendezvous_handler = get_rendezvous_handler
+    _quicken_rendezvous(handlers)
     try:
         run.main(argv)
     except SignalException:
         for handler in handlers:
             _leave(handler)
         raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _quicken_rendezvous(handlers: list) -> None:
+    """Poll the rendezvous state every `RDZV_POLL` s (without torch's 1 s cache of it), and
+    after an agent's first round give each round a last call of `LATER_LAST_CALL` s (torch's
+    private names: where they are missing, torch's own timing stays, a round of 1-2 s)."""
+    from datetime import timedelta
+
+    try:
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+        delay = dr._delay
+
+        def _delay(seconds):
+            delay(RDZV_POLL if seconds == 1 else seconds)
+
+        dr._delay = _delay
+        next_rendezvous = dr.DynamicRendezvousHandler.next_rendezvous
+    except (ImportError, AttributeError):
+        return
+
+    def quick_next_rendezvous(self):
+        try:  # what it polls is read afresh (torch keeps a copy for 1 s)
+            self._state_holder._cache_duration = 0
+        except AttributeError:
+            pass
+        info = next_rendezvous(self)
+        if self in handlers:
+            try:
+                self._settings.timeout._last_call = timedelta(seconds=LATER_LAST_CALL)
+            except AttributeError:
+                pass
+        return info
+
+    dr.DynamicRendezvousHandler.next_rendezvous = quick_next_rendezvous
 
 
 def _leave(handler) -> None:
@@ -185,8 +240,7 @@ class Supervisor:
         self.finished: float | None = None  # when the first agent ended well (the training is over)
 
     def start(self, slot: int, gpu: str) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, SCHEDULEARN_SLOT=str(slot),
-                   SCHEDULEARN_NUM_NODES="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+        env = dict(os.environ, **AGENT_ENV, CUDA_VISIBLE_DEVICES=gpu, SCHEDULEARN_SLOT=str(slot))
         for name in (str(slot), f"{slot}.restarts"):
             try:
                 os.unlink(os.path.join(self.job_dir, WORKERS_DIR, name))
@@ -236,11 +290,18 @@ class Supervisor:
         for agent in [*self.agents.values(), *self.leaving]:
             agent.wait()
 
+    def start_prewarm(self) -> None:
+        """The run's fork server of pre-warmed workers: it imports torch while the first round
+        trains; the workers of later rounds are forked from it (it exits with the supervisor)."""
+        argv = [sys.executable, "-u", PREWARM, "serve", self.job_dir, PRELOAD]
+        subprocess.Popen(argv, env=dict(os.environ, **AGENT_ENV), stdin=subprocess.DEVNULL)
+
     def run(self) -> int:
         gpus = _read_gpus(self.job_dir)
         if gpus is None:
             _say(f"no GPUs in {os.path.join(self.job_dir, GPUS_FILE)}")
             return 1
+        self.start_prewarm()
         self.apply(gpus)
         while True:
             if self.stopping:  # the executor signalled the whole process group: agents too

@@ -4,6 +4,7 @@ and `qoe` policies and the simulator's deadline metrics, on the real engine and 
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -87,10 +88,47 @@ def test_the_job_views_show_the_deadline():
     job = {"id": 3, "name": "train", "state": "running", "gpus": 2, "alloc": {"n0": [0, 1]},
            "start_time": NOW - 60, "submit_time": NOW - 90, "deadline": NOW + 1200,
            "deadline_status": "at_risk"}
-    assert views.status_line(job, now=NOW).endswith("ran 1m00s, deadline in 20 min, at risk")
+    assert views.status_line(job, now=NOW) == \
+        "job 3 'train': running, deadline in 20 min, at risk, 2 GPUs (n0:0,1), ran 1m00s"
     done = {**job, "state": "succeeded", "end_time": NOW, "run_s": 60.0, "deadline_status": "missed",
             "missed_by_s": 300.0}
-    assert "deadline missed by 5 min" in views.status_detail(done, now=NOW)
+    assert views.status_detail(done, now=NOW).startswith("deadline missed by 5 min, ")
+
+
+@pytest.mark.parametrize("status, phrase", [
+    ("at_risk", "deadline in 20 min, at risk"), ("will_miss", "deadline in 20 min, will miss"),
+    ("missed", "deadline missed by 12 min"),
+])
+def test_a_job_widgets_text_view_keeps_the_deadline_past_a_long_reason(status, phrase):
+    """What GitHub or nbconvert show of a job widget is its text/plain, which ipywidgets cuts to
+    110 characters: the deadline comes before a queued job's waiting reason (or a failed one's
+    GPUs and error), the cut is ours (at the end), and a name too long to leave the deadline
+    room is shortened. The widget's header says it too."""
+    from schedulearn_magics.handle import JobHandle
+    from schedulearn_magics.widgets import JobWidget
+
+    now = time.time()  # (the widget reads the wall clock)
+    job = {"id": 12, "state": "queued", "gpus": 0, "alloc": {}, "submit_time": now - 3,
+           "deadline": now + 1200, "deadline_status": status,
+           "reason": "waiting: needs 3 GPUs, 2 free; 2nd in line of 4; the qoe policy starts it "
+                     "when it comes first"}
+    if status == "missed":  # it ran late and failed
+        job.update(state="failed", start_time=now - 900, end_time=now, deadline=now - 720,
+                   missed_by_s=720.0, last_alloc={"node0": [0, 1, 2, 3], "node1": [0, 1, 2, 3]},
+                   reason="Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of "
+                          "memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity)")
+    for name in ("tight", "a-rather-long-experiment-name-" * 3):
+        job["name"] = name
+        assert len(views.status_line(job)) > 110  # what ipywidgets cuts
+        widget = JobWidget(JobHandle(None, job))
+        try:
+            widget.update(job, None, None)
+            text = widget._repr_mimebundle_()["text/plain"]
+        finally:
+            widget.close()
+        assert text.startswith(f"job 12 '{name[:20]}") and phrase in text, text
+        assert len(text) <= 110 and text.endswith("…"), text
+        assert f"<span>{phrase}, " in widget.header.value, widget.header.value
 
 
 def test_the_cli_client_reads_deadlines_before_sending_anything():

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from schedulearn import deadlines
+from schedulearn import deadlines, pauses, policies
 from schedulearn.cli import build_parser
 from schedulearn.client import ClientError
 from schedulearn.client_cli import build_spec
@@ -210,11 +210,12 @@ def _elastic(name: str, at: float, gpus: int, duration: float, deadline: float |
     return TraceJob(at, spec, name)
 
 
-def _run(trace, policy, events=None):
+def _run(trace, policy, events=None, actions=()):
     def listen(engine):
         engine.listeners.append(lambda e: events.append((engine.clock(), e)) if events is not None else None)
 
-    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10, actions=[(0, listen)])
+    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10,
+                 actions=[(0, listen), *actions])
     return {j.spec.name: j for j in r.jobs}, r
 
 
@@ -247,6 +248,46 @@ def test_a_job_that_cannot_make_it_is_flagged_early_and_left_best_effort():
     assert jobs["hopeless"].state.value == "succeeded"  # best effort: it still ran to its end
     final = [e["job"] for _, e in events if e["event"] == "succeeded" and e["job"]["name"] == "hopeless"]
     assert final[0]["deadline_status"] == "missed" and final[0]["missed_by_s"] > 0
+
+
+@pytest.mark.parametrize("declared, measured, status", [
+    (None, None, "will_miss"),  # the policies' default: 30 s
+    (5.0, None, "at_risk"),  # the policy's restart_cost: what a restart costs on this set-up
+    (None, 2.0, "at_risk"),  # the job's own restarts, measured (`pauses`)
+])
+def test_the_status_prices_a_restart_as_the_policy_does(declared, measured, status):
+    """`train` needs 600 s on all 8 GPUs (the history: a run like it) and has 615 s: it makes
+    it only if its start costs less than 15 s. The status users see counts the restart at the
+    price the policy plans with (`pauses.price` of the policy's `restart_cost`), not at a
+    constant of its own: `will_miss` at the default 30 s, `at_risk` where the policy's cost or
+    the job's measured restarts are cheaper."""
+    policy = policies.create("qoe")
+    if declared is not None:
+        policy.restart_cost = declared
+    seen = {}
+
+    def look(engine):  # as `train` is submitted (at 1000; the round at 1020 starts it)
+        def listen(e):
+            if e.get("job", {}).get("id") != 2:
+                return
+            if e["event"] == "submitted":
+                job = engine.jobs[2]
+                seen["submitted"] = e["job"]["deadline_status"]
+                if measured is not None:  # (then: its status just after its submission)
+                    pauses.record(job, {"pause_s": measured, "in_place": False})
+                seen["price"] = engine.restart_price(job)
+                seen["read"] = engine.job_dict(job, job.submit_time)["deadline_status"]
+            elif e["event"] == "deadline":
+                seen.setdefault("event", e["job"]["deadline_status"])
+        engine.listeners.append(listen)
+
+    trace = [_elastic("train", 0, 8, 600), _elastic("train", 1000, 8, 600, 615)]
+    _, r = _run(trace, policy, actions=[(0, look)])
+    assert seen["read"] == seen["event"] == status, seen
+    assert seen["price"] == (declared or measured or 30.0)
+    if measured is None:
+        assert seen["submitted"] == status, seen
+    assert r.engine.jobs[2].state.value == "succeeded"
 
 
 def test_an_infeasible_job_is_flagged_at_submission_from_similar_jobs():

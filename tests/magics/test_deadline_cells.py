@@ -58,20 +58,14 @@ def cell(options: str, units: int) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """This module's Jupyter server: the `qoe` policy, and a restart priced as what it costs here.
-    The policies assume 30 s for a job's restart until its own are measured; a process restart
-    of these cells costs about a second (tests/test_live_deadlines.py sets it on its engine; a
-    Jupyter config file is Python run in the server's process)."""
+    """This module's Jupyter server: the `qoe` policy, and a restart priced as what it costs here
+    (the server's `restart_cost`: a process restart of these cells costs about a second, where
+    the default assumes 30 s until a job's own restarts are measured)."""
     home = tmp_path_factory.mktemp("deadline-server")
     traits = {"virtual_gpus": GPUS, "executor": "local", "job_root": str(home / "jobs"),
               "store_url": f"sqlite:///{home / 'jobs.db'}", "tick": 0.5, "inventory_interval": 0,
-              "cancel_grace": 10.0, "default_policy": "qoe"}
-    srv = LiveServer(home / "srv", traits)
-    config = home / "srv" / "config"
-    config.mkdir(parents=True)
-    (config / "jupyter_server_config.py").write_text(
-        "from schedulearn.policies.qoe import QoE\n\nQoE.restart_cost = 2.0\n")
-    srv.start()
+              "cancel_grace": 10.0, "default_policy": "qoe", "restart_cost": 2.0}
+    srv = LiveServer(home / "srv", traits).start()
     with kernel_env(srv):
         yield srv
 

@@ -23,7 +23,14 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
-from schedulearn.service import Manager, SchedulerService, Settings, Unavailable
+from schedulearn.service import (
+    RESTART_COST,
+    Manager,
+    SchedulerService,
+    Settings,
+    Unavailable,
+    check_restart_cost,
+)
 from traitlets import Bool, Float, Int, List, TraitError, TraitType, Unicode, default, validate
 
 from . import runtime
@@ -105,6 +112,13 @@ class _SchedulearnApp(ExtensionApp):
         config=True, help="Seconds between GPU inventory refreshes (0: never). "
         "Env: SCHEDULEARN_INVENTORY_INTERVAL.",
     )
+    restart_cost = Float(
+        config=True,
+        help="Seconds a job's checkpoint-restart costs on this set-up (stop, relaunch, reload, "
+        "first step): what the elastic policies (goodput, qoe) charge a resize until the job's own "
+        "resizes are measured, and what deadline statuses count for a new size. Default 30. "
+        "Env: SCHEDULEARN_RESTART_COST.",
+    )
 
     @default("store_url")
     def _store_url(self) -> str:
@@ -146,6 +160,15 @@ class _SchedulearnApp(ExtensionApp):
     def _tick(self) -> float:
         return _env_number("tick", float, 5.0)
 
+    @default("restart_cost")
+    def _restart_cost(self) -> float:  # (traitlets does not validate a default: checked here)
+        value = _env_number("restart_cost", float, RESTART_COST)
+        try:
+            return check_restart_cost(value)
+        except SpecError:
+            raise TraitError(f"{ENV_PREFIX}RESTART_COST: expected seconds > 0 (a finite number), "
+                             f"got {env('restart_cost')!r}") from None
+
     @default("inventory_interval")
     def _inventory_interval(self) -> float:
         return _env_number("inventory_interval", float, 30.0)
@@ -169,6 +192,13 @@ class _SchedulearnApp(ExtensionApp):
             raise TraitError(f"{proposal['trait'].name}: expected seconds >= 0, got {proposal['value']}")
         return proposal["value"]
 
+    @validate("restart_cost")
+    def _check_restart_cost(self, proposal: Any) -> float:
+        try:
+            return check_restart_cost(proposal["value"])
+        except SpecError as e:
+            raise TraitError(str(e)) from None
+
     def scheduler_settings(self) -> Settings:
         kind = registry.get(self.executor)
         return Settings(
@@ -180,6 +210,7 @@ class _SchedulearnApp(ExtensionApp):
             job_root=self.job_root,
             tick=self.tick or 5.0,
             inventory_interval=self.inventory_interval,
+            restart_cost=self.restart_cost,
             # (an executor registered after this class was made has no trait: its variable counts)
             options={o.name: getattr(self, o.name) if self.has_trait(o.name) else o.from_env()
                      for o in kind.options},

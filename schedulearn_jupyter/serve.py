@@ -34,7 +34,7 @@ from typing import Any
 
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
-from schedulearn.service import SchedulerService, Settings, default_user
+from schedulearn.service import RESTART_COST, SchedulerService, Settings, check_restart_cost, default_user
 
 log = logging.getLogger("schedulearn.serve")
 
@@ -71,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-root", default=env("SCHEDULEARN_JOB_ROOT"),
                    help="jobs' folders (default: <data dir>/schedulearn/jobs)")
     p.add_argument("--tick", type=float, default=float(env("SCHEDULEARN_TICK", 5.0)))
+    p.add_argument("--restart-cost", type=_restart_cost, metavar="S",
+                   default=env("SCHEDULEARN_RESTART_COST", str(RESTART_COST)),
+                   help="seconds a job's checkpoint-restart costs on this set-up: what the elastic "
+                        "policies charge a resize until the job's own are measured, and what deadline "
+                        "statuses count (default: $SCHEDULEARN_RESTART_COST or 30)")
     p.add_argument("--base-url", default="/", help="URL prefix of the API (default /)")
     for opt in registry.options():  # the executors' own settings
         kinds = ", ".join(k.name for k in registry.kinds().values() if opt in k.options)
@@ -81,6 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         else:
             convert = opt.parse if isinstance(opt.default, bool) else type(opt.default)
             p.add_argument(opt.cli_flag, dest=opt.name, type=convert, default=opt.from_env(), help=text)
+
+
+def _restart_cost(text: str) -> float:
+    try:
+        return check_restart_cost(text)
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0 (a finite number), got {text!r}") from None
 
 
 def register(subparsers: Any) -> None:
@@ -152,6 +164,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         cancel_grace=args.cancel_grace,
         job_root=args.job_root or str(data_dir / "jobs"),
         tick=args.tick,
+        restart_cost=args.restart_cost,
         user_map=user_map,
         admins=admins,
         options={o.name: getattr(args, o.name) for o in kind.options} if kind else {},

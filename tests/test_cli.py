@@ -182,6 +182,10 @@ def test_malformed_trace_names_file_line_and_field(tmp_path):
     (("simulate", SMALL, "--policy", "fifo"), "--cluster: required for rigid and Philly traces"),
     (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--restart-penalty", "-1"),
      "argument --restart-penalty: expected seconds >= 0, got '-1'"),
+    (("serve", "--restart-cost", "0"),
+     "argument --restart-cost: expected seconds > 0 (a finite number), got '0'"),
+    (("serve", "--restart-cost", "nan"),
+     "argument --restart-cost: expected seconds > 0 (a finite number), got 'nan'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, expected):

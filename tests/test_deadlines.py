@@ -4,11 +4,12 @@ and `qoe` policies and the simulator's deadline metrics, on the real engine and 
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from schedulearn import deadlines
+from schedulearn import deadlines, pauses, policies
 from schedulearn.cli import build_parser
 from schedulearn.client import ClientError
 from schedulearn.client_cli import build_spec
@@ -87,10 +88,47 @@ def test_the_job_views_show_the_deadline():
     job = {"id": 3, "name": "train", "state": "running", "gpus": 2, "alloc": {"n0": [0, 1]},
            "start_time": NOW - 60, "submit_time": NOW - 90, "deadline": NOW + 1200,
            "deadline_status": "at_risk"}
-    assert views.status_line(job, now=NOW).endswith("ran 1m00s, deadline in 20 min, at risk")
+    assert views.status_line(job, now=NOW) == \
+        "job 3 'train': running, deadline in 20 min, at risk, 2 GPUs (n0:0,1), ran 1m00s"
     done = {**job, "state": "succeeded", "end_time": NOW, "run_s": 60.0, "deadline_status": "missed",
             "missed_by_s": 300.0}
-    assert "deadline missed by 5 min" in views.status_detail(done, now=NOW)
+    assert views.status_detail(done, now=NOW).startswith("deadline missed by 5 min, ")
+
+
+@pytest.mark.parametrize("status, phrase", [
+    ("at_risk", "deadline in 20 min, at risk"), ("will_miss", "deadline in 20 min, will miss"),
+    ("missed", "deadline missed by 12 min"),
+])
+def test_a_job_widgets_text_view_keeps_the_deadline_past_a_long_reason(status, phrase):
+    """What GitHub or nbconvert show of a job widget is its text/plain, which ipywidgets cuts to
+    110 characters: the deadline comes before a queued job's waiting reason (or a failed one's
+    GPUs and error), the cut is ours (at the end), and a name too long to leave the deadline
+    room is shortened. The widget's header says it too."""
+    from schedulearn_magics.handle import JobHandle
+    from schedulearn_magics.widgets import JobWidget
+
+    now = time.time()  # (the widget reads the wall clock)
+    job = {"id": 12, "state": "queued", "gpus": 0, "alloc": {}, "submit_time": now - 3,
+           "deadline": now + 1200, "deadline_status": status,
+           "reason": "waiting: needs 3 GPUs, 2 free; 2nd in line of 4; the qoe policy starts it "
+                     "when it comes first"}
+    if status == "missed":  # it ran late and failed
+        job.update(state="failed", start_time=now - 900, end_time=now, deadline=now - 720,
+                   missed_by_s=720.0, last_alloc={"node0": [0, 1, 2, 3], "node1": [0, 1, 2, 3]},
+                   reason="Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of "
+                          "memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity)")
+    for name in ("tight", "a-rather-long-experiment-name-" * 3):
+        job["name"] = name
+        assert len(views.status_line(job)) > 110  # what ipywidgets cuts
+        widget = JobWidget(JobHandle(None, job))
+        try:
+            widget.update(job, None, None)
+            text = widget._repr_mimebundle_()["text/plain"]
+        finally:
+            widget.close()
+        assert text.startswith(f"job 12 '{name[:20]}") and phrase in text, text
+        assert len(text) <= 110 and text.endswith("…"), text
+        assert f"<span>{phrase}, " in widget.header.value, widget.header.value
 
 
 def test_the_cli_client_reads_deadlines_before_sending_anything():
@@ -172,11 +210,12 @@ def _elastic(name: str, at: float, gpus: int, duration: float, deadline: float |
     return TraceJob(at, spec, name)
 
 
-def _run(trace, policy, events=None):
+def _run(trace, policy, events=None, actions=()):
     def listen(engine):
         engine.listeners.append(lambda e: events.append((engine.clock(), e)) if events is not None else None)
 
-    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10, actions=[(0, listen)])
+    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10,
+                 actions=[(0, listen), *actions])
     return {j.spec.name: j for j in r.jobs}, r
 
 
@@ -209,6 +248,46 @@ def test_a_job_that_cannot_make_it_is_flagged_early_and_left_best_effort():
     assert jobs["hopeless"].state.value == "succeeded"  # best effort: it still ran to its end
     final = [e["job"] for _, e in events if e["event"] == "succeeded" and e["job"]["name"] == "hopeless"]
     assert final[0]["deadline_status"] == "missed" and final[0]["missed_by_s"] > 0
+
+
+@pytest.mark.parametrize("declared, measured, status", [
+    (None, None, "will_miss"),  # the policies' default: 30 s
+    (5.0, None, "at_risk"),  # the policy's restart_cost: what a restart costs on this set-up
+    (None, 2.0, "at_risk"),  # the job's own restarts, measured (`pauses`)
+])
+def test_the_status_prices_a_restart_as_the_policy_does(declared, measured, status):
+    """`train` needs 600 s on all 8 GPUs (the history: a run like it) and has 615 s: it makes
+    it only if its start costs less than 15 s. The status users see counts the restart at the
+    price the policy plans with (`pauses.price` of the policy's `restart_cost`), not at a
+    constant of its own: `will_miss` at the default 30 s, `at_risk` where the policy's cost or
+    the job's measured restarts are cheaper."""
+    policy = policies.create("qoe")
+    if declared is not None:
+        policy.restart_cost = declared
+    seen = {}
+
+    def look(engine):  # as `train` is submitted (at 1000; the round at 1020 starts it)
+        def listen(e):
+            if e.get("job", {}).get("id") != 2:
+                return
+            if e["event"] == "submitted":
+                job = engine.jobs[2]
+                seen["submitted"] = e["job"]["deadline_status"]
+                if measured is not None:  # (then: its status just after its submission)
+                    pauses.record(job, {"pause_s": measured, "in_place": False})
+                seen["price"] = engine.restart_price(job)
+                seen["read"] = engine.job_dict(job, job.submit_time)["deadline_status"]
+            elif e["event"] == "deadline":
+                seen.setdefault("event", e["job"]["deadline_status"])
+        engine.listeners.append(listen)
+
+    trace = [_elastic("train", 0, 8, 600), _elastic("train", 1000, 8, 600, 615)]
+    _, r = _run(trace, policy, actions=[(0, look)])
+    assert seen["read"] == seen["event"] == status, seen
+    assert seen["price"] == (declared or measured or 30.0)
+    if measured is None:
+        assert seen["submitted"] == status, seen
+    assert r.engine.jobs[2].state.value == "succeeded"
 
 
 def test_an_infeasible_job_is_flagged_at_submission_from_similar_jobs():

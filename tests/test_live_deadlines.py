@@ -34,8 +34,10 @@ def _spec(name: str, gpus: int, units: int, deadline: float) -> dict:
 def test_the_tight_job_gets_what_it_needs_and_an_infeasible_one_is_flagged_at_submission(tmp_path):
     async def main():
         ex = LocalExecutor(tmp_path / "jobs", cancel_grace=10)
-        eng = Engine(virtual_cluster(1, 4), "qoe", executor=ex)
-        eng.policy.restart_cost = 2.0  # a process restart here costs about a second, not 30
+        # the set-up's restart cost (the server's `restart_cost`): a process restart here costs
+        # about a second, not the default 30 s
+        eng = Engine(virtual_cluster(1, 4), "qoe", executor=ex, restart_cost=2.0)
+        assert eng.policy.restart_cost == 2.0
         events: list[dict] = []
         eng.listeners.append(events.append)
         task = asyncio.create_task(eng.run(RealClock(tick=0.5)))

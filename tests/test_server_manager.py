@@ -4,6 +4,7 @@ ownership, the event fan-out, a crashing round, and the app's traits from the en
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 
 import pytest
@@ -25,11 +26,42 @@ def sim_manager(tmp_path, **kw) -> SchedulerService:
     ({"virtual_gpus": -1}, "virtual_gpus: expected an integer >= 0, got -1"),
     ({"default_policy": "nope"}, "policy: unknown 'nope'; available: "),
     ({"cancel_grace": -2}, "cancel_grace: expected seconds >= 0, got -2"),
+    ({"restart_cost": 0}, "restart_cost: expected seconds > 0 (a finite number), got 0"),
+    ({"restart_cost": -1.5}, "restart_cost: expected seconds > 0 (a finite number), got -1.5"),
+    ({"restart_cost": math.inf}, "restart_cost: expected seconds > 0 (a finite number), got inf"),
+    ({"restart_cost": math.nan}, "restart_cost: expected seconds > 0 (a finite number), got nan"),
+    ({"restart_cost": "soon"}, "restart_cost: expected seconds > 0 (a finite number), got 'soon'"),
 ])
 def test_bad_settings_are_one_line_errors(kw, error):
     with pytest.raises(SpecError) as e:
         Settings(**kw).validate()
-    assert str(e.value).startswith(error)
+    assert str(e.value).startswith(error) and "\n" not in str(e.value)
+
+
+def test_the_restart_cost_setting_prices_restarts_for_the_policies_and_the_statuses(tmp_path):
+    """`restart_cost` is the elastic policies' (goodput, qoe: what they charge a resize until the
+    job's own are measured), also after a run-time switch, and what a deadline's status counts
+    for a restart, whatever the policy; without it, 30 s. A measured pause still wins."""
+    from schedulearn import pauses
+
+    async def main():
+        m = sim_manager(tmp_path, default_policy="qoe", restart_cost=2.5)
+        job = await m.submit({"duration": 600, "gpus": 1, "min_gpus": 1, "max_gpus": 2,
+                              "deadline": "1h"}, "alice")
+        queued = m.engine.get(job["id"])
+        assert m.engine.policy.restart_cost == 2.5 and m.engine.restart_price(queued) == 2.5
+        for name in ("goodput", "fifo", "qoe"):  # fifo prices no resize: the setting still counts
+            await m.set_policy(name)
+            assert getattr(m.engine.policy, "restart_cost", 2.5) == 2.5, name
+            assert m.engine.restart_price(queued) == 2.5, name
+        pauses.record(queued, {"pause_s": 1.0, "in_place": False})
+        assert m.engine.restart_price(queued) == 1.0
+        await m.stop()
+        m = sim_manager(tmp_path / "default", default_policy="goodput")
+        assert m.engine.policy.restart_cost == 30.0
+        await m.stop()
+
+    asyncio.run(main())
 
 
 def test_submit_cancel_and_ownership(tmp_path):
@@ -135,7 +167,9 @@ def test_traits_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SCHEDULEARN_DEFAULT_IMAGE", "pytorch/pytorch")
     monkeypatch.setenv("SCHEDULEARN_REMOTE_URL", "http://gpu-box:8765/")
     monkeypatch.setenv("SCHEDULEARN_REMOTE_TOKEN", "t")
+    monkeypatch.setenv("SCHEDULEARN_RESTART_COST", "2")
     app = SchedulearnApp()
+    assert app.restart_cost == 2.0 and app.scheduler_settings().restart_cost == 2.0
     assert app.virtual_gpus == 3 and app.executor == "sim" and app.cancel_grace == 2.5
     assert app.docker_hosts == ["tcp://a:2375", "tcp://b:2375"]
     assert app.job_root == str(tmp_path / "j") and app.store_url == "sqlite:///x.db"
@@ -151,6 +185,7 @@ def test_defaults_without_environment(monkeypatch):
     app = SchedulearnApp()
     assert app.virtual_gpus == 0 and app.executor == "local" and app.default_policy == "fifo"
     assert app.store_url.startswith("sqlite:///") and app.store_url.endswith("schedulearn/jobs.db")
+    assert app.restart_cost == 30.0
 
 
 @pytest.mark.parametrize("name, value, error", [
@@ -158,6 +193,9 @@ def test_defaults_without_environment(monkeypatch):
     ("EXECUTOR", "kubernetes",
      "SCHEDULEARN_EXECUTOR: expected one of local, docker, slurm, sim, got 'kubernetes'"),
     ("CANCEL_GRACE", "soon", "SCHEDULEARN_CANCEL_GRACE: expected a number, got 'soon'"),
+    ("RESTART_COST", "soon", "SCHEDULEARN_RESTART_COST: expected a number, got 'soon'"),
+    ("RESTART_COST", "-3", "SCHEDULEARN_RESTART_COST: expected seconds > 0 (a finite number), got '-3'"),
+    ("RESTART_COST", "inf", "SCHEDULEARN_RESTART_COST: expected seconds > 0 (a finite number), got 'inf'"),
 ])
 def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
     monkeypatch.setenv("SCHEDULEARN_" + name, value)
@@ -165,6 +203,34 @@ def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
     with pytest.raises(TraitError) as e:
         getattr(app, name.lower())
     assert str(e.value) == error
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan])
+def test_a_bad_restart_cost_trait_is_a_one_line_error(value):
+    with pytest.raises(TraitError) as e:
+        SchedulearnApp(restart_cost=value)
+    assert str(e.value) == f"restart_cost: expected seconds > 0 (a finite number), got {float(value)!r}"
+    assert SchedulearnApp(restart_cost=2).restart_cost == 2.0
+
+
+def test_schedulearn_serve_takes_the_restart_cost(monkeypatch, tmp_path):
+    """`--restart-cost`, its default from `SCHEDULEARN_RESTART_COST`, else 30 s (a bad value: a
+    one-line usage error, tests/test_cli.py)."""
+    import argparse
+
+    from schedulearn_jupyter import serve
+
+    def settings(*args: str) -> Settings:
+        parser = argparse.ArgumentParser()  # (the defaults come from the environment here)
+        serve.add_arguments(parser)
+        assert "--restart-cost" in parser.format_help()
+        return serve.settings_from_args(parser.parse_args(
+            ["--store", f"sqlite:///{tmp_path / 's.db'}", "--job-root", str(tmp_path), *args]))
+
+    monkeypatch.delenv("SCHEDULEARN_RESTART_COST", raising=False)
+    assert settings().restart_cost == 30.0 and settings("--restart-cost", "2.5").restart_cost == 2.5
+    monkeypatch.setenv("SCHEDULEARN_RESTART_COST", "4")
+    assert settings().restart_cost == 4.0 and settings("--restart-cost", "2.5").restart_cost == 2.5
 
 
 def test_docker_hosts_as_the_docker_executor_takes_them():

@@ -50,16 +50,41 @@ def queue_position(job: dict[str, Any], queued: list[dict[str, Any]]) -> int | N
     return ids.index(int(job["id"])) + 1 if int(job["id"]) in ids else None
 
 
+#: what ipywidgets keeps of a widget's text/plain (its `_repr_mimebundle_` cuts the rest): the
+#: text view of a job widget in GitHub, nbconvert and other notebook viewers
+WIDGET_TEXT_WIDTH = 110
+
+
 def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
+    """`job 3 'train': queued, deadline in 20 min, at risk, waiting 5.0s: needs 2 GPUs, ...`"""
     head = f"job {job.get('id')} {job.get('name', '')!r}: {job.get('state', '?')}"
     detail = status_detail(job, position, now)
     return f"{head}, {detail}" if detail else head
 
 
+def short_line(job: dict[str, Any], position: int | None = None, now: float | None = None,
+               width: int = WIDGET_TEXT_WIDTH) -> str:
+    """`status_line` in at most `width` characters, cut at its end (`…`), never before the state
+    and the deadline: a name too long to leave them room is shortened instead."""
+    line = status_line(job, position, now)
+    if len(line) <= width:
+        return line
+    name, deadline = str(job.get("name", "")), deadline_text(job, now)
+    must = len(f"job {job.get('id')} {name!r}: {job.get('state', '?')}")
+    must += len(deadline) + 2 if deadline else 0
+    if must > width - 1:  # (the name's repr loses at least as many characters as the name)
+        name = name[:max(len(name) - (must - width + 2), 1)] + "…"
+        line = status_line({**job, "name": name}, position, now)
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
 def status_detail(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
-    """Queue position and wait, or GPUs and run time, and the reason of a failure."""
+    """The deadline first (what follows may be cut: `short_line`), then the queue position and
+    wait, or GPUs and run time, and the reason of a failure."""
     state = job.get("state", "?")
     parts: list[str] = []
+    if deadline_text(job, now):
+        parts.append(deadline_text(job, now))
     if state == "queued":
         why = str(job.get("reason") or "")
         if why.startswith("waiting: "):  # the scheduler's own words: needs, free, place in line
@@ -75,8 +100,6 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
         parts.append(f"ran {fmt_seconds(ran(job, now))}")
         if state != "succeeded" and progress_text(job):
             parts.append(progress_text(job))
-    if deadline_text(job, now):
-        parts.append(deadline_text(job, now))
     why = str(job.get("reason") or "").strip()
     if state in ("failed", "cancelled") and why and why != state:  # not "cancelled, cancelled"
         parts.append(why.splitlines()[-1])

@@ -56,10 +56,10 @@ class JobWidget(w.VBox):
         top = w.HBox([self.header, self.cancel_button, self.message])
         super().__init__([top, self.logview], **kw)
         self.add_class("schedulearn-job")
-        self._line = views.status_line(handle.job)
+        self._line = views.short_line(handle.job)
 
-    def __repr__(self) -> str:  # the text/plain beside the widget view (notebook viewers)
-        return self._line
+    def __repr__(self) -> str:  # the text/plain beside the widget view (notebook viewers): it
+        return self._line  # fits in what ipywidgets keeps of it, the deadline included
 
     def _cancel(self) -> None:
         self.cancel_button.disabled = True
@@ -78,7 +78,7 @@ class JobWidget(w.VBox):
         self.position = int(position or 0)
         self.progress = float(job["progress"]) if job.get("progress") is not None else -1.0
         self.eta = views.fmt_seconds(job["eta_s"]) if job.get("eta_s") is not None else ""
-        self._line = views.status_line(job, position, now)
+        self._line = views.short_line(job, position, now)
         self.elapsed = views.fmt_seconds(
             views.waited(job, now) if self.state == "queued" else views.ran(job, now))
         colour = views._STATE_COLOURS.get(self.state, "inherit")

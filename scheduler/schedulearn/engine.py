@@ -41,6 +41,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from . import deadlines, estimates, pauses, policies
+from .estimates.deadline import RESTART_S
 from .estimates.predict import History
 from .executors.base import Executor, ExecutorError, launch_failure
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
@@ -95,8 +96,13 @@ class Engine:
         executor: Executor | None = None,
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
+        restart_cost: float | None = None,
     ):
         self.nodes: list[Node] = list(nodes)
+        #: seconds a checkpoint-restart costs on this set-up (the operator's `restart_cost`):
+        #: the elastic policies' `restart_cost` (what they charge a resize until a job's own
+        #: pauses are measured), and so the deadline statuses; None: the policies' own
+        self.restart_cost = restart_cost
         self.pool = FreePool(self.nodes)
         self.jobs: dict[int, Job] = {}
         self.active: dict[int, Job] = {}  # queued and running, in arrival order
@@ -128,7 +134,7 @@ class Engine:
         self.executor = executor
         executor.bind(self)
         stored = store.get_policy() if store is not None else None
-        self.policy = policies.create(stored) if stored else self._as_policy(policy)
+        self.policy = self._configure(policies.create(stored) if stored else self._as_policy(policy))
         if store is not None:
             if not stored:
                 store.set_policy(self.policy.name)
@@ -137,6 +143,22 @@ class Engine:
     @staticmethod
     def _as_policy(policy: str | Policy) -> Policy:
         return policies.create(policy) if isinstance(policy, str) else policy
+
+    def _configure(self, policy: Policy) -> Policy:
+        """The set-up's restart cost on a policy that prices restarts (`restart_cost`)."""
+        if self.restart_cost is not None and hasattr(policy, "restart_cost"):
+            policy.restart_cost = float(self.restart_cost)  # type: ignore[attr-defined]
+        return policy
+
+    def restart_price(self, job: Job) -> float:
+        """Seconds the job's next (re)start costs, as the policy prices it (`pauses.price`: the
+        median of its measured pauses; the policy's `restart_cost` until one is measured) — what
+        its deadline status counts. A policy that prices none: the set-up's `restart_cost`, else
+        `estimates.deadline.RESTART_S`."""
+        default = getattr(self.policy, "restart_cost", None)
+        if default is None:
+            default = self.restart_cost if self.restart_cost is not None else RESTART_S
+        return pauses.price(job, float(default))
 
     # -- inputs ------------------------------------------------------------------------------
     @property
@@ -191,7 +213,7 @@ class Engine:
 
     def set_policy(self, name: str) -> Policy:
         """Switch the policy; it takes effect at the next round. Running jobs are untouched."""
-        policy = policies.create(name)
+        policy = self._configure(policies.create(name))
         if self.store is not None:  # first: a failing store leaves the running policy in place
             with self.store.transaction():
                 self.store.set_policy(policy.name)
@@ -328,7 +350,8 @@ class Engine:
     # -- what users read -----------------------------------------------------------------------
     def job_dict(self, job: Job, now: float) -> dict[str, Any]:
         """`job.to_dict(now)`, with a queued job's `reason` saying why it waits, and its progress
-        and estimated time left where its reports tell (`estimates.summary`)."""
+        and estimated time left where its reports tell (`estimates.summary`); its deadline status
+        counts a restart at the policy's price (`restart_price`)."""
         d = job.to_dict(now)
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
@@ -337,7 +360,13 @@ class Engine:
         known = estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count)
         if known or job.spec.deadline is not None:
             d.update(estimates.summary(job, now, self.history, self.total_gpus, self.per_node))
+        if job.spec.deadline is not None and not job.state.final:
+            d.update(self._deadline_summary(job, now))
         return d
+
+    def _deadline_summary(self, job: Job, now: float) -> dict[str, Any]:
+        return estimates.deadline_summary(job, now, self.history, self.total_gpus, self.per_node,
+                                          restart_s=self.restart_price(job))
 
     @property
     def per_node(self) -> int:
@@ -347,7 +376,7 @@ class Engine:
     def _watch_deadline(self, job: Job, now: float) -> None:
         """A `deadline` event when the scheduler's estimate of a job's deadline changes (on track,
         at risk, will miss; met or missed at its end): what the widget and the sidebar show."""
-        info = estimates.deadline_summary(job, now, self.history, self.total_gpus, self.per_node)
+        info = self._deadline_summary(job, now)
         status = info.get("deadline_status")
         if status is None or status == job.extra.get("deadline_status"):
             return

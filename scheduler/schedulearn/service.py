@@ -20,6 +20,7 @@ import functools
 import getpass
 import json
 import logging
+import math
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -76,6 +77,21 @@ def store_failure(e: BaseException) -> bool:
 
 
 # -- settings -------------------------------------------------------------------------------------
+#: `restart_cost`'s default: seconds a checkpoint-restart costs (Pollux's figure)
+RESTART_COST = 30.0
+
+
+def check_restart_cost(value: Any) -> float:
+    """`restart_cost` as a number of seconds > 0 (finite), or `SpecError` (one line)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(f"restart_cost: expected seconds > 0 (a finite number), got {value!r}")
+    return seconds
+
+
 @dataclass
 class Settings:
     """What the server extension's traits (or `schedulearn serve`'s flags) configure."""
@@ -88,6 +104,10 @@ class Settings:
     job_root: str = ""
     tick: float = 5.0
     inventory_interval: float = 30.0
+    #: seconds a checkpoint-restart costs on this set-up: the elastic policies' `restart_cost`
+    #: (what they charge a resize until the job's own pauses are measured) and the deadline
+    #: statuses' (`Engine.restart_cost`)
+    restart_cost: float = RESTART_COST
     node_name: str = field(default_factory=socket.gethostname)
     #: a user may cancel only their own jobs (jobs without a user are anyone's)
     check_owner: bool = True
@@ -112,6 +132,7 @@ class Settings:
             raise SpecError(f"cancel_grace: expected seconds >= 0, got {self.cancel_grace}")
         if self.tick <= 0:
             raise SpecError(f"tick: expected seconds > 0, got {self.tick}")
+        check_restart_cost(self.restart_cost)
         policies.create(self.default_policy)  # SpecError naming the policies when unknown
         if self.switches_users:
             check_can_switch()
@@ -193,7 +214,8 @@ class SchedulerService:
                 executor.inventory = HostInventory(settings.virtual_gpus, settings.node_name)
             self.executor = executor
             self.nodes = nodes if nodes is not None else self.executor.nodes()
-            self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store)
+            self.engine = Engine(self.nodes, settings.default_policy, self.executor, self.store,
+                                 restart_cost=settings.restart_cost)
         except BaseException:
             if self.lease is not None:
                 self.lease.release()

@@ -92,7 +92,7 @@ def test_a_deadline_reaches_the_spec_and_the_job_view(shell: InteractiveShell, c
     assert "deadline in 2 h 00 min" in views.status_line(handle.job)
     assert handle.result(timeout=60) == "ok"
     done = client.job(handle.id)
-    assert done["deadline_status"] == "met" and views.status_detail(done).endswith("deadline met")
+    assert done["deadline_status"] == "met" and views.status_detail(done).startswith("deadline met, ")
 
 
 def test_epochs_reach_the_spec_and_count_reported_epochs(shell: InteractiveShell, client: Client,

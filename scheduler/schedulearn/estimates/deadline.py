@@ -106,11 +106,13 @@ def needed_gpus(job: Job, times: list[float] | None, now: float, restart_s: floa
     return 0
 
 
-def status(job: Job, times: list[float] | None, now: float,
-           hope: list[float] | None = None) -> dict[str, Any]:
+def status(job: Job, times: list[float] | None, now: float, hope: list[float] | None = None,
+           restart_s: float = RESTART_S) -> dict[str, Any]:
     """`deadline_status` (`on_track`, `at_risk`, `will_miss`, `unknown`; `met`, `missed` once it
     ended), `deadline_left_s`, and `missed_by_s` for a job that ended late. `times`, `hope`: the
-    job's `times_left` up to the most GPUs it may use, at today's and at the hopeful speed-up.
+    job's `times_left` up to the most GPUs it may use, at today's and at the hopeful speed-up;
+    `restart_s`: what a (re)start on a new size costs it (the engine passes the policy's price,
+    `Engine.restart_price`: this module imports no policy).
     `will_miss`: no size makes it at either (the `qoe` policy gives up on such a job once the
     estimate rests on its own reported progress, not only on similar jobs')."""
     deadline = job.spec.deadline
@@ -130,20 +132,21 @@ def status(job: Job, times: list[float] | None, now: float,
         out["deadline_status"] = "unknown"
     elif 0 < job.size < len(times) and job.state is JobState.running and now + times[job.size] <= deadline:
         out["deadline_status"] = "on_track"
-    elif needed_gpus(job, times, now) or needed_gpus(job, hope, now):
+    elif needed_gpus(job, times, now, restart_s) or needed_gpus(job, hope, now, restart_s):
         out["deadline_status"] = "at_risk"
     else:
         out["deadline_status"] = "will_miss"
     return out
 
 
-def summary(job: Job, now: float, history: Any, capacity: int, per_node: int) -> dict[str, Any]:
+def summary(job: Job, now: float, history: Any, capacity: int, per_node: int,
+            restart_s: float = RESTART_S) -> dict[str, Any]:
     """The deadline part of `estimates.summary`: `status` on up to the `capacity` GPUs the job
-    may use."""
+    may use, a restart costing `restart_s`."""
     if job.state.final:
         return status(job, None, now)
     est = estimate(job, now, history)
     top = job.spec.max_size(max(capacity, job.spec.min_size))
     predicted = history.predict(job) if history is not None else None
     times, hope = (times_left(job, est, top, per_node, now, predicted, h) for h in (False, True))
-    return status(job, times, now, hope)
+    return status(job, times, now, hope, restart_s)

@@ -171,8 +171,9 @@ def test_expected_speedup_lies_between_todays_and_throughputs_early_and_is_today
     from schedulearn.estimates.deadline import EFFICIENCY_GROWTH, expected_curve
 
     job = _job(batch_size=128, adaptive_batch=True)
+    runs = [(0, 1), (60, 1), (120, 2), (180, 2)]
     ingest(job, [_report(t, n, 128, init_batch_size=128, max_batch_size=4096, grad_sqr=1.0, grad_var=0.5,
-                         progress=0.01 * i) for i, (t, n) in enumerate([(0, 1), (60, 1), (120, 2), (180, 2)])])
+                         progress=0.01 * i) for i, (t, n) in enumerate(runs)])
     est = estimate(job, 180.0)
     today, hope, mid = est.curve(8, 4), est.curve(8, 4, False), expected_curve(est, 8, 4)
     assert today[8] < mid[8] < hope[8]

@@ -359,9 +359,8 @@ class Engine:
             d["deadline"] = job.spec.deadline
         known = estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count)
         if known or job.spec.deadline is not None:
-            d.update(estimates.summary(job, now, self.history, self.total_gpus, self.per_node))
-        if job.spec.deadline is not None and not job.state.final:
-            d.update(self._deadline_summary(job, now))
+            d.update(estimates.summary(job, now, self.history, self.total_gpus, self.per_node,
+                                       restart_s=self.restart_price(job)))
         return d
 
     def _deadline_summary(self, job: Job, now: float) -> dict[str, Any]:

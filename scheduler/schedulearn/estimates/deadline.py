@@ -89,7 +89,7 @@ def expected_curve(est: Estimate, top: int, per_node: int) -> list[float]:
     if w <= 0 or est.grad is None:
         return today
     hope = est.curve(top, per_node, False)
-    return [t ** (1.0 - w) * h ** w if t > 0 and h > 0 else t for t, h in zip(today, hope)]
+    return [t ** (1.0 - w) * h ** w if t > 0 and h > 0 else t for t, h in zip(today, hope, strict=True)]
 
 
 def needed_gpus(job: Job, times: list[float] | None, now: float, restart_s: float = RESTART_S,

@@ -274,13 +274,13 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
 
 
 def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
-            per_node: int = 1) -> dict[str, Any]:
+            per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
     runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
     `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
     similar finished jobs, less its service); for a job with a deadline, its status
-    (`estimates.deadline.status`, on up to the `capacity` GPUs it may use). Empty when nothing is
-    known."""
+    (`estimates.deadline.status`, on up to the `capacity` GPUs it may use, a restart priced at
+    `restart_s`: the policy's price; `deadline.RESTART_S` if None). Empty when nothing is known."""
     from ..placement import placement_shape
 
     st = rep.state(job)
@@ -290,7 +290,8 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     if job.spec.deadline is not None:
         from .deadline import summary as deadline_summary
 
-        out.update(deadline_summary(job, now, history, capacity, per_node))
+        extra = {} if restart_s is None else {"restart_s": restart_s}
+        out.update(deadline_summary(job, now, history, capacity, per_node, **extra))
     if not job.alloc or job.state.final:
         return out
     est = estimate(job, now, history)

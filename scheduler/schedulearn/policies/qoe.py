@@ -18,6 +18,7 @@ value among all admitted jobs, deadline jobs included):
 
 from __future__ import annotations
 
+from .. import pauses
 from ..estimates import estimate
 from ..estimates.deadline import needed_gpus, times_left
 from ..model import Job
@@ -52,7 +53,7 @@ class QoE(Goodput):
 
     def needs(self, job: Job, ctx: RoundContext, per_node: int) -> int:
         """GPUs `job` needs now to make its deadline (0: no size can, or it has passed)."""
-        now, deadline, restart = ctx.now, job.spec.deadline, self.restart_cost
+        now, deadline, restart = ctx.now, job.spec.deadline, pauses.price(job, self.restart_cost)
         if now >= deadline:
             return 0
         est = estimate(job, now, ctx.history)

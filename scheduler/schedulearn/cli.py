@@ -59,6 +59,13 @@ examples:
 A Pollux workload runs by default in the set-up it was published with: --cluster 16x4
 --interval 60 --restart-penalty 30. The settings used are printed on stderr.
 
+Resizing in place: --resize in-place makes every job ask for it, --launcher picks the launcher,
+--in-place-penalty prices it (one figure, or per launcher); e.g. at the pauses measured with
+Horovod Elastic (docs/benchmarks.md, "Resize in place"):
+  schedulearn simulate traces/pollux/workloads/workload-1.csv --policy goodput \
+      --resize in-place --launcher horovod --in-place-penalty horovod=0.55
+Policies learn a job's pause only as live: measured from its steps around each resize.
+
 Policies learn of a job only what it reports (step times on placements it ran on, gradient
 statistics, progress), as live; --estimates oracle feeds them the simulator's ground truth
 instead, an upper bound for comparison.
@@ -100,6 +107,71 @@ def _non_negative(text: str) -> float:
     return value
 
 
+IN_PLACE_FORMS = ("seconds >= 0 (every launcher), or LAUNCHER=S,... with LAUNCHER one of "
+                  "horovod, torchrun (e.g. horovod=0.5,torchrun=1.5)")
+
+
+def _in_place_penalty(text: str) -> float | dict[str, float]:
+    """`--in-place-penalty`: one figure, or one per launcher (`horovod=0.5,torchrun=1.5`)."""
+    from .model import IN_PLACE_LAUNCHERS
+
+    def seconds(value: str) -> float:
+        return _non_negative(value.strip())
+
+    try:
+        if "=" not in text:
+            return seconds(text)
+        out: dict[str, float] = {}
+        for part in text.split(","):
+            launcher, eq, value = part.partition("=")
+            launcher = launcher.strip()
+            if not eq or launcher not in IN_PLACE_LAUNCHERS or launcher in out:
+                raise argparse.ArgumentTypeError("")
+            out[launcher] = seconds(value)
+        return out
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected {IN_PLACE_FORMS}, got {text!r}") from None
+
+
+def _apply_resize(trace: list, resize: str | None, launcher: str | None) -> list:
+    """`--resize` and `--launcher`: the same `resize` / `launcher` for every job of the trace."""
+    if resize is None and launcher is None:
+        return trace
+    import dataclasses
+
+    from .model import Launcher, Resize
+
+    update: dict[str, Any] = {}
+    if resize is not None:
+        update["resize"] = Resize(resize)
+    if launcher is not None:
+        update["launcher"] = Launcher(launcher)
+    return [dataclasses.replace(tj, spec=tj.spec.model_copy(update=update)) for tj in trace]
+
+
+def _check_in_place(trace: list, penalty: float | dict[str, float] | None) -> None:
+    """The jobs that resize in place and `--in-place-penalty` go together (a usage error else)."""
+    from .sim.executor import in_place_penalty_for
+
+    launchers = {tj.spec.launcher.value for tj in trace if tj.spec.in_place}
+    if penalty is None:
+        if launchers:
+            raise UsageError(f"--in-place-penalty: required when jobs resize in place (--resize in-place): "
+                             f"{IN_PLACE_FORMS}")
+        return
+    if not launchers:
+        raise UsageError("--in-place-penalty: no job of the trace resizes in place (add --resize in-place)")
+    if all(in_place_penalty_for(penalty, name) is None for name in launchers):
+        raise UsageError(f"--in-place-penalty: no figure for launcher {', '.join(sorted(launchers))} of the "
+                         "jobs that resize in place (add --launcher horovod or torchrun, or give one figure)")
+
+
+def _penalty_text(penalty: float | dict[str, float]) -> str:
+    if isinstance(penalty, dict):
+        return ", ".join(f"{k} {v:g} s" for k, v in penalty.items())
+    return f"{penalty:g} s"
+
+
 # -- policies ------------------------------------------------------------------------------------
 def cmd_policies(args: argparse.Namespace) -> int:
     from . import policies
@@ -133,6 +205,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if not trace:
         raise UsageError(f"trace: no jobs in {args.trace}" + (" after --start" if args.start else ""))
+    trace = _apply_resize(trace, args.resize, args.launcher)
+    _check_in_place(trace, args.in_place_penalty)
     fmt = trace_format(args.trace)
     reference = REFERENCE_SETTINGS.get(fmt, {})
     cluster = args.cluster or reference.get("cluster")
@@ -150,10 +224,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = []
     for name in chosen:
         r = simulate(trace, nodes, name, interval=interval, tick=args.tick,
-                     restart_penalty=penalty, record=bool(args.plot), estimates=args.estimates)
+                     restart_penalty=penalty, record=bool(args.plot), estimates=args.estimates,
+                     in_place_penalty=args.in_place_penalty)
         results.append(r)
         if not args.quiet and len(results) == 1:  # once the trace proved to fit the cluster
             line = _settings_line(cluster, interval, args.tick, penalty, args.estimates)
+            if args.in_place_penalty is not None:
+                line += f", resize in place {_penalty_text(args.in_place_penalty)}"
             print(f"simulate: {line}{note}", file=sys.stderr)
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
@@ -242,6 +319,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--restart-penalty", type=_non_negative, metavar="S",
                    help="seconds without progress after each preemption or resize (default for Pollux "
                         "workloads: 30; otherwise 0)")
+    p.add_argument("--in-place-penalty", type=_in_place_penalty, metavar="S|LAUNCHER=S,...",
+                   help="seconds without progress after a resize in place of a job that asks for one "
+                        "(resize: in-place): one figure, or one per launcher, e.g. horovod=0.5,torchrun=1.5 "
+                        "(jobs of other launchers restart); starts, preemptions and other resizes cost "
+                        "--restart-penalty")
+    p.add_argument("--resize", choices=("restart", "in-place"),
+                   help="how every job of the trace is resized (its spec's resize: checkpoint-restart "
+                        "or in place); default: as the trace says (restart)")
+    p.add_argument("--launcher", choices=("python", "torchrun", "horovod"),
+                   help="the launcher every job of the trace runs with (what --in-place-penalty's "
+                        "per-launcher figures go by); default: as the trace says (python)")
     p.add_argument("--estimates", choices=("reported", "oracle"), default="reported",
                    help="what policies learn of a job: what it reports, as live (default), or the "
                         "simulator's ground truth (oracle: an upper bound, not what a live job gives)")

@@ -14,6 +14,14 @@ each round every such running job that has trained since its last report (at mos
 `report_every` seconds) emits one — the same record a live job writes to `metrics.jsonl` — which
 goes through `schedulearn.estimates.ingest` exactly as live reports do.
 
+Resize pauses are measured as live. A resize in place costs the job its launcher's
+`in_place_penalty`, a checkpoint-restart (and every start) `restart_penalty`; the policy is never
+told either. Like a live job, the simulated one has a last step before the resize (at the resize,
+on the old placement) and a first step after it (one step time, on the new placement, after its
+pause ends); once that step is past, the executor measures the pause from the two
+(`pauses.measure`) and hands it to the engine (`Engine.resize_paused`: the `resize_pause` event and
+the measurements `pauses.price` charges the job's next resize) — the live executors' path.
+
 `estimates="oracle"` (an upper bound for comparison, never the headline) hands the estimator the
 job model itself (`sim.oracle`) instead; reports are emitted either way.
 
@@ -32,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import estimates
+from .. import estimates, pauses
 from ..executors.base import Executor
 from ..executors.registry import ExecutorKind
 from ..inventory import Inventory
@@ -98,6 +106,16 @@ class _Run:
     finish: float = math.inf
     version: int = 0
     reported: float = -math.inf
+    before: dict | None = None  # the last step before a resize whose pause is not measured yet
+
+
+def in_place_penalty_for(penalty: float | dict[str, float] | None, launcher: str) -> float | None:
+    """Seconds a resize in place pauses a job of `launcher`: `penalty` itself (one figure for
+    every launcher), its entry for the launcher (per launcher), or None (it cannot: a resize is a
+    checkpoint-restart)."""
+    if isinstance(penalty, dict):
+        return penalty.get(launcher)
+    return penalty
 
 
 class SimExecutor(Executor):
@@ -109,12 +127,13 @@ class SimExecutor(Executor):
 
     def __init__(self, restart_penalty: float = 0.0, model=default_model, inventory: Inventory | None = None,
                  estimates: str = "reported", report_every: float = 60.0,
-                 in_place_penalty: float | None = None):
+                 in_place_penalty: float | dict[str, float] | None = None):
         if estimates not in ESTIMATES:
             raise ValueError(f"estimates: expected one of {', '.join(ESTIMATES)}, got {estimates!r}")
         self.restart_penalty = restart_penalty
-        #: seconds a resize in place pauses a job that asks for it (`JobSpec.resize`); None: every
-        #: resize is a checkpoint-restart (`restart_penalty`)
+        #: seconds a resize in place pauses a job that asks for it (`JobSpec.resize`): one figure,
+        #: or one per launcher ({"horovod": 0.5, ...}: jobs of other launchers restart); None:
+        #: every resize is a checkpoint-restart (`restart_penalty`)
         self.in_place_penalty = in_place_penalty
         self.model = model
         self.inventory = inventory
@@ -162,16 +181,50 @@ class SimExecutor(Executor):
         run = self.runs[job.id]
         new, job.alloc = job.alloc, old  # progress so far was made on the old allocation
         self._sync(run, now)
+        if now >= run.ready:  # it has stepped since its last (re)start: its last step is now
+            run.before = self._step(run, now)  # (else the pending resize's last step stays the last)
         job.alloc = new
         run.ready = now + (self.restart_penalty if penalty is None else penalty)
         run.bsz = self._batch(job, now)
         self._plan(run)
 
+    def _in_place_penalty(self, job: Job) -> float | None:
+        return in_place_penalty_for(self.in_place_penalty, job.spec.launcher.value)
+
     def resizes_in_place(self, job: Job, alloc: Allocation) -> bool:
-        return self.in_place_penalty is not None and job.id in self.runs
+        return self._in_place_penalty(job) is not None and job.id in self.runs
 
     def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
-        self.resize(job, old, now, self.in_place_penalty)
+        self.resize(job, old, now, self._in_place_penalty(job))
+
+    def _step(self, run: _Run, t: float) -> dict | None:
+        """The step record the job writes at `t` on its current placement (its true step time;
+        None for a model that reports no step time)."""
+        shape = placement_shape(run.job.alloc)
+        step = run.model.report(run.progress, shape, run.bsz).get("step_time") if run.reports else None
+        if step is None:
+            return None
+        return {"t": t, "step_time": step, "num_gpus": sum(shape), "restart": run.job.restarts}
+
+    def _measure(self, run: _Run, now: float) -> None:
+        """Once the first step after a resize is past, the pause from the last step before it
+        goes to the engine, as a live executor measures it from the job's `metrics.jsonl`."""
+        mark = run.job.extra.get(pauses.PENDING_KEY)
+        if mark is None:
+            run.before = None
+            return
+        after = self._step(run, 0.0)
+        if after is None:
+            run.before = None
+            return
+        after["t"] = run.ready + after["step_time"]  # its first step ends one step after the pause
+        if after["t"] > now:
+            return
+        pause = pauses.measure(mark, [run.before, after])
+        run.before = None
+        if pause is not None:
+            assert self.engine is not None
+            self.engine.resize_paused(run.job.id, pause, now)
 
     def replan(self, job: Job, now: float) -> None:
         """The job's batch size changed on the same GPUs (its own choice): no restart cost."""
@@ -212,6 +265,9 @@ class SimExecutor(Executor):
             self.models.pop(job_id, None)
             assert self.engine is not None
             self.engine.job_exited(job_id, 0, "", now=t)
+        for run in list(self.runs.values()):
+            if run.before is not None:
+                self._measure(run, now)
         for run in self.runs.values():
             if run.reports and now > run.ready and now - run.reported >= self.report_every - 1e-9:
                 self._report(run, now)

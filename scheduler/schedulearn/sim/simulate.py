@@ -41,17 +41,21 @@ def simulate(
     executor: SimExecutor | None = None,
     record: bool = False,
     estimates: str = "reported",
+    in_place_penalty: float | dict[str, float] | None = None,
 ) -> SimResult:
     """Replay `trace` on `nodes` under `policy`. `estimates`: what policies learn of a job —
     `reported` (what the simulated job reports, as live) or `oracle` (the job model's ground
-    truth: an upper bound for comparison)."""
+    truth: an upper bound for comparison). `in_place_penalty`: seconds a resize in place pauses
+    a job that asks for one (`resize: in-place`), one figure or one per launcher
+    (`SimExecutor`); `restart_penalty` for every other resize, start and preemption."""
     total = sum(len(n.gpus) for n in nodes)
     for tj in trace:
         if tj.spec.min_size > total:
             raise SpecError(
                 f"{tj.where}: gpus: at most {total} (the GPUs of the cluster), got {tj.spec.min_size}")
     clock = VirtualClock([(tj.submit_time, tj.spec) for tj in trace], interval, tick, list(actions))
-    executor = executor or SimExecutor(restart_penalty=restart_penalty, estimates=estimates)
+    executor = executor or SimExecutor(restart_penalty=restart_penalty, estimates=estimates,
+                                       in_place_penalty=in_place_penalty)
     engine = Engine(nodes, policy, executor=executor, clock=clock.now)
     history: list = []
     if record:  # allocation history for timelines (sim.plot); costs a job dict per event

@@ -19,6 +19,12 @@ job's `log.txt` (lines prefixed with `[host] ` when a job spans hosts), then rea
 status, removes the container (its log is kept) and, when it was the job's last worker, ends the
 run. A worker that fails stops the other workers; the job fails with that worker's reason.
 
+Resize in place (docs/docker.md): an elastic Horovod job that asks for it runs under Horovod
+Elastic in its first host's container; a grow onto another host starts an sshd container there
+first (horovodrun starts the new workers over ssh), a shrink waits for the removed workers, then
+stops the sshd container of a host the job left. Where that cannot be done (no sshd in the
+image, real GPUs a running container lacks, ...) the resize is a checkpoint-restart.
+
 Faults: an image that is not on the host fails the start with a one-line `ExecutorError` (images
 are not pulled unless `pull="missing"`: pre-pull them on every host). A host that does not answer
 fails the job with a one-line reason and is marked unhealthy (`engine.set_nodes`), so that

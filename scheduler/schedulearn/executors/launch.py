@@ -19,9 +19,11 @@ host, the Docker executor runs them as containers; both take the argv and env fr
   pre-warmed workers started beside horovodrun: a worker a grow adds skips the cold start);
   `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
   others over ssh: passwordless ssh between the hosts and the same Python environment on each
-  is the requirement). Horovod gives every host the first host's environment, so across hosts
-  its `CUDA_VISIBLE_DEVICES` is right only where each host was given the same GPU indices;
-  torchrun has no such limit.
+  is the requirement); resized in place across hosts (the Docker executor), the discovery
+  script lists `host:slots` and each host's GPUs are in `gpus@<address>` (the slot wrapper
+  reads its host's). Horovod gives every host the first host's environment, so across hosts
+  the plain launch's `CUDA_VISIBLE_DEVICES` is right only where each host was given the same
+  GPU indices; torchrun has no such limit.
 
 Every Python program of a job (the bundled `main.py`, or a command `python [flags] script.py
 args` / `python -m module args`) runs through the job runner `schedulearn/run.py`

@@ -14,6 +14,7 @@ grow in place (a checkpoint-restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -23,12 +24,12 @@ import sys
 import pytest
 from schedulearn import pauses
 from schedulearn.engine import Engine, RealClock
-from schedulearn.executors.docker import DockerExecutor
+from schedulearn.executors.docker import LABEL_JOB, DockerExecutor
 from schedulearn.executors.launch import elastic_host_files
 from schedulearn.model import JobState
 
 from tests.fixtures.dockerd import ROOT
-from tests.test_docker_executor import JOBS, labelled, wait_for
+from tests.test_docker_executor import JOBS, wait_for
 
 STEPS = 240
 PREFIX = r"^(?:\[h\d\] )?(?:\[\d+\]<stdout>:)?"
@@ -52,6 +53,13 @@ def _executor(pair, tmp_path, **kw):
     return DockerExecutor(hosts, tmp_path / "jobs", image=a.image, python=a.python, volumes=a.volumes,
                           cancel_grace=20.0, health_interval=0.5, horovod_ssh_port=_free_port(),
                           horovod_network_interface="lo", env={"PYTHONPATH": str(ROOT / "scheduler")}, **kw)
+
+
+def labelled(daemon, job_id: int) -> list[dict]:
+    """The job's containers on `daemon` (any state), listed in one call (no inspect of each:
+    a container removed meanwhile is simply not there)."""
+    with contextlib.closing(daemon.client()) as c:
+        return c.api.containers(all=True, filters={"label": f"{LABEL_JOB}={job_id}"})
 
 
 def _train(a, **extra):
@@ -91,7 +99,7 @@ def test_horovod_elastic_job_resized_in_place_across_two_docker_hosts(dockerd_pa
             assert job.alloc == {"h1": (0, 1), "h0": (0, 1)} and job.restarts == 0
             await wait_for(lambda: re.search(r"step \d+ world 4", ex.logs(job.id)), 120, "training on 4 GPUs")
             sidecars = labelled(a, job.id)
-            assert len(sidecars) == 1 and sidecars[0].attrs["Config"]["Cmd"][0] == "/usr/sbin/sshd"
+            assert len(sidecars) == 1 and sidecars[0]["Command"].startswith("/usr/sbin/sshd"), sidecars
             await wait_for(lambda: len(pauses.measured(job, True)) == 1, 30, "the grow's pause measured")
 
             other = eng.submit(_holder(a, "c"))

@@ -158,6 +158,56 @@ def test_horovod_elastic_job_resized_in_place_across_two_docker_hosts(dockerd_pa
     asyncio.run(main())
 
 
+def test_horovod_elastic_job_resized_in_place_on_one_docker_host_4_2_4(dockerd, tmp_path):
+    """One host, 4 virtual GPUs: the job starts on all 4, shrinks in place to 2 for job B (whose
+    GPUs are free only once the removed workers are gone, checked in the job's container), and
+    grows back to 4 when B ends: new workers forked by the run's prewarm server, no sshd."""
+    ex = DockerExecutor(f"h0={dockerd.url}?gpus=4", tmp_path / "jobs", image=dockerd.image,
+                        python=dockerd.python, volumes=dockerd.volumes, cancel_grace=20.0,
+                        health_interval=0.5, horovod_ssh_port=_free_port(),
+                        env={"PYTHONPATH": str(ROOT / "scheduler")})
+
+    async def main():
+        eng = Engine(ex.nodes(), "elastic-fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            job = eng.submit(_train(dockerd, env={"TRAIN_STEPS": "160", "STEP_SLEEP": "0.1"}))
+            await wait_for(lambda: re.search(r"step \d+ world 4", ex.logs(job.id)), 120, "training on 4 GPUs")
+            assert job.alloc == {"h0": (0, 1, 2, 3)}
+            other = eng.submit(_holder(dockerd, "b"))
+            await wait_for(lambda: other.state is JobState.running, 90, "B to start (the job shrunk)")
+            assert job.alloc == {"h0": (0, 1)} and other.alloc == {"h0": (2, 3)}
+            workers = ex.job_dir(job.id) / "workers"
+            gone = [int(p) for slot in ("2", "3") for p in (workers / slot).read_text().split()]
+            assert gone and ex._alive_in(ex._runs[job.id], "h0", [str(p) for p in gone]) == []
+            await wait_for(lambda: re.search(r"step \d+ world 2", ex.logs(job.id)), 60, "training on 2 GPUs")
+            (ex.job_dir(other.id) / "release").touch()
+            await wait_for(lambda: job.size == 4, 30, "the job to grow back")
+            await wait_for(lambda: job.state.final, 180, "the job to finish")
+            text = ex.logs(job.id)
+            assert job.state is JobState.succeeded, job.reason + "\n" + text[-4000:]
+            assert job.restarts == 0 and job.extra[pauses.IN_PLACE_KEY] == 2
+            steps = [(int(s), int(w), int(p)) for s, w, p, _ in STEP.findall(text)]
+            assert [s for s, *_ in steps] == list(range(1, 161))
+            worlds = [w for i, (_, w, _) in enumerate(steps) if i == 0 or steps[i - 1][1] != w]
+            assert worlds == [4, 2, 4], worlds
+            assert len({p for *_, p in steps}) == 1
+            regrown = {(r, lr, cuda) for h, r, lr, n, cuda, _ in HOST.findall(text) if int(r) >= 2}
+            assert regrown == {("2", "2", "0,1,2,3"), ("3", "3", "0,1,2,3")}, regrown
+            assert "prewarm: cold start" not in text
+            assert len(pauses.measured(job, True)) == 2
+        except AssertionError:
+            for j in list(eng.jobs.values()):  # what the jobs said, for the failure report
+                print(f"--- job {j.id} {j.spec.name} {j.state}: {j.reason}\n{ex.logs(j.id)[-6000:]}")
+            raise
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())
+
+
 @pytest.fixture
 def no_sshd_image(dockerd_pair):
     """The test image without sshd, on both hosts (`docker commit` of a container that removed it)."""

@@ -106,6 +106,7 @@ class _Run(Run):
     image: str = ""
     cwd: str = ""
     applying: bool = False  # a resize in place is being applied (sidecars, files, a shrink's wait)
+    spans: bool = False  # Horovod's network interface is one other hosts have: grows onto them in place
 
 
 class DockerExecutor(RunExecutor):
@@ -255,6 +256,12 @@ class DockerExecutor(RunExecutor):
         n = sum(len(v) for v in alloc.values())
         return min(spec.min_size, n), max(spec.max_size(total), n)
 
+    def _horovod_nic(self, alloc: Allocation) -> str | None:
+        """Horovod Elastic's network interface: the executor's; else `lo` for a job that starts on
+        one host (Horovod finds common interfaces only among two hosts or more, and would wait for
+        a second one), which then grows in place on that host only."""
+        return self.horovod_network_interface or ("lo" if len(alloc) == 1 else None)
+
     def _probe_sshd(self, image: str) -> None:
         """Find out, in the background, on which hosts `image` runs an sshd (`sshd -t`: the binary,
         its configuration and host keys): a grow onto a host is in place only there."""
@@ -345,7 +352,7 @@ class DockerExecutor(RunExecutor):
                     return False
                 w = self._host_container(run, name)
                 if w is None:
-                    if not self._sshd.get((name, run.image)):
+                    if not run.spans or not self._sshd.get((name, run.image)):
                         return False
                 elif w.devices is not None:
                     ids = self._devices(nodes.get(name), tuple(idx))
@@ -571,7 +578,7 @@ class DockerExecutor(RunExecutor):
             spec, job_id, alloc, d, restarts, nodes, python=self.python,
             addresses={n: self.hosts[n].address for n in alloc}, rdzv_port=self._rdzv_port(first, job_id),
             use_uuids=self.use_uuids, runner=str(d / RUNNER_COPY), result_key=self.result_key(job_id),
-            elastic_np=elastic, network_interface=self.horovod_network_interface if elastic else None)
+            elastic_np=elastic, network_interface=self._horovod_nic(alloc) if elastic else None)
         plans = self._plans(spec, workers, alloc, elastic is not None)
         account = self.account_for(spec)
         if account is not None:  # HOME: the job directory, the account's home is not mounted
@@ -601,7 +608,8 @@ class DockerExecutor(RunExecutor):
             logf.close()
             raise
         run = _Run(job_id=job_id, restarts=restarts, workers=started, logf=logf, multi=len(alloc) > 1,
-                   elastic=elastic, image=image, cwd=cwd)
+                   elastic=elastic, image=image, cwd=cwd,
+                   spans=self.horovod_network_interface is not None or len(alloc) > 1)
         self._watch(run)
         return run
 

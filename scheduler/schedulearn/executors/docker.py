@@ -312,7 +312,8 @@ class DockerExecutor(RunExecutor):
             os.chmod(tmp, 0o644)
             os.replace(tmp, d / name)
 
-    def _prepare_elastic(self, job_id: int, alloc: Allocation, devices: dict[str, list[str] | None]) -> None:
+    def _prepare_elastic(self, job_id: int, alloc: Allocation, devices: dict[str, list[str] | None],
+                         account: Any = None) -> None:
         d = self.job_dir(job_id)
         try:
             script = d / DISCOVER_SCRIPT
@@ -326,9 +327,12 @@ class DockerExecutor(RunExecutor):
             if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
                 workers.unlink()
             workers.mkdir(exist_ok=True)
-            os.chmod(workers, 0o777)  # the workers write their pids there, as the job's user
             for old in workers.iterdir():
                 old.unlink()
+            if account is not None:  # the workers write their pids there, as the job's user
+                os.chown(workers, account.uid, account.gid, follow_symlinks=False)
+            else:
+                self._chown(workers)
         except OSError as e:
             raise ExecutorError(f"job {job_id}: cannot write its Horovod Elastic files: {e.strerror}: "
                                 f"{e.filename}") from None
@@ -592,7 +596,7 @@ class DockerExecutor(RunExecutor):
         started: list[_Worker] = []
         try:
             if elastic is not None:  # discovery's files, before horovodrun starts
-                self._prepare_elastic(job_id, alloc, {plan[0]: plan[3] for plan in plans})
+                self._prepare_elastic(job_id, alloc, {plan[0]: plan[3] for plan in plans}, account)
                 self._probe_sshd(image)
             for rank, (host, argv, env, devices, sidecar) in enumerate(plans):
                 cid = self._create(job_id, rank, restarts, host, image, argv, env, devices, cwd, account)
@@ -706,6 +710,7 @@ class DockerExecutor(RunExecutor):
         return 29400 + job_id % 500
 
     def _chown(self, d: Path) -> None:
+        """`d` (and its checkpoints folder, for a job directory) to the executor's `user`."""
         if not self.user or os.geteuid() != 0:
             return
         try:
@@ -714,7 +719,8 @@ class DockerExecutor(RunExecutor):
         except ValueError:
             return  # a user name: its ids are the image's business
         for p in (d, d / CHECKPOINT_DIR):
-            os.chown(p, u, g)
+            if p.exists():
+                os.chown(p, u, g)
 
     # -- following, exits --------------------------------------------------------------------------
     def _watch(self, run: Run) -> None:

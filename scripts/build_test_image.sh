@@ -57,6 +57,14 @@ trap 'rm -rf "$ROOTFS"' EXIT
 # commands, the rest is convenience for debugging and launcher scripts.
 TOOLS=(sh bash env cat ls mkdir rm cp mv ln sleep true false id hostname
        uname echo head tail grep sed ps kill nproc which)
+# Horovod across Docker hosts starts the remote workers over ssh (docs/docker.md): the image
+# gets sshd and ssh when the host has them (openssh-server, scripts/setup.sh), with a throw-away
+# host key and a root key pair generated here (test containers only: never reuse these keys).
+SSHD=""
+if [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null; then
+    SSHD=/usr/sbin/sshd
+    TOOLS+=("$SSHD" ssh)
+fi
 bins=()
 for t in "${TOOLS[@]}"; do
     p=$(command -v "$t" 2>/dev/null || true)
@@ -105,6 +113,21 @@ if [ "$(id -u)" != 0 ]; then
     echo "$(id -gn):x:$(id -g):" >> "$ROOTFS/etc/group"
 fi
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$ROOTFS/etc/nsswitch.conf"
+if [ -n "$SSHD" ]; then
+    echo "sshd:x:100:65534::/run/sshd:/bin/false" >> "$ROOTFS/etc/passwd"
+    mkdir -p "$ROOTFS/etc/ssh" "$ROOTFS/run/sshd" "$ROOTFS/root/.ssh"
+    chmod 755 "$ROOTFS/run/sshd"
+    chmod 700 "$ROOTFS/root/.ssh"
+    ssh-keygen -q -t ed25519 -N "" -C schedulearn-test-host -f "$ROOTFS/etc/ssh/ssh_host_ed25519_key"
+    ssh-keygen -q -t ed25519 -N "" -C schedulearn-test -f "$ROOTFS/root/.ssh/id_ed25519"
+    cp "$ROOTFS/root/.ssh/id_ed25519.pub" "$ROOTFS/root/.ssh/authorized_keys"
+    printf '%s\n' "HostKey /etc/ssh/ssh_host_ed25519_key" "PermitRootLogin prohibit-password" \
+        "PasswordAuthentication no" "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" \
+        "PidFile none" > "$ROOTFS/etc/ssh/sshd_config"
+    printf '%s\n' "Host *" "    StrictHostKeyChecking no" "    UserKnownHostsFile /dev/null" \
+        "    LogLevel ERROR" > "$ROOTFS/root/.ssh/config"
+    chmod 600 "$ROOTFS/root/.ssh/"*
+fi
 
 echo "    $(echo "${libs[@]}" | wc -w) libraries, $(du -sh "$ROOTFS" | cut -f1) rootfs"
 tar -C "$ROOTFS" --numeric-owner -cf - . |

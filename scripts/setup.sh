@@ -2,7 +2,7 @@
 # Schedulearn developer/test environment setup.
 #
 # Creates <repo>/.venv and installs everything the project and its tests need:
-#   * system packages (apt): docker.io, postgresql, chromium, chromium-driver,
+#   * system packages (apt): docker.io, postgresql, chromium, chromium-driver, openssh,
 #     fonts-dejavu-core, the build tools Horovod needs (cmake, g++, make) and
 #     Slurm with munge (slurmctld, slurmd, slurm-client, munge: scripts/slurm-dev.sh)
 #   * torch==2.13.0 (CPU is fine) into the venv
@@ -47,7 +47,8 @@ took() { echo "    took $((SECONDS - $1))s"; }
 # ---------------------------------------------------------------- apt
 APT_PACKAGES=(docker.io postgresql chromium chromium-driver fonts-dejavu-core
               cmake g++ make
-              slurmctld slurmd slurm-client munge)  # scripts/slurm-dev.sh: a private 2-node Slurm
+              slurmctld slurmd slurm-client munge  # scripts/slurm-dev.sh: a private 2-node Slurm
+              openssh-server openssh-client)  # Horovod across Docker hosts (the test image's sshd)
 # A Debian system python needs the venv module and headers (Horovod build).
 if [ "$("$PYTHON" -c 'import sys; print(sys.base_prefix)')" = "/usr" ]; then
     APT_PACKAGES+=(python3-venv python3-dev)

@@ -10,7 +10,8 @@ Rank 0 prints `step <n> world <w> pid <pid> restart <r>` after each step, report
 (`schedulearn.elastic.report`) and writes `final.json`; every rank prints `worker rank <r> local
 <l> size <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` whenever it (re)joins the training, then
 `worker pid <pid> env <digest> prewarmed <0|1>`: a digest of its environment but
-`CUDA_VISIBLE_DEVICES`, and whether the run's prewarm server forked it.
+`CUDA_VISIBLE_DEVICES`, and whether the run's prewarm server forked it, and `worker host
+<HOROVOD_HOSTNAME> rank <r> local <l> size <w> cuda <...> restart <SCHEDULEARN_RESTART_COUNT>`.
 `STEP_SLEEP` slows the steps so that a test can resize the job while it trains.
 """
 
@@ -53,6 +54,9 @@ def main():
         print(f"worker rank {hvd.rank()} local {hvd.local_rank()} size {hvd.size()} "
               f"cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} pid {os.getpid()}", flush=True)
         print(f"worker pid {os.getpid()} env {env_digest()} prewarmed {int(prewarmed())}", flush=True)
+        print(f"worker host {os.environ.get('HOROVOD_HOSTNAME')} rank {hvd.rank()} "
+              f"local {hvd.local_rank()} size {hvd.size()} cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} "
+              f"restart {elastic.restart_count()}", flush=True)
         while state.step < STEPS:
             rank, world = hvd.rank(), hvd.size()
             lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world

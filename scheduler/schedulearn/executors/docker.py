@@ -19,6 +19,12 @@ job's `log.txt` (lines prefixed with `[host] ` when a job spans hosts), then rea
 status, removes the container (its log is kept) and, when it was the job's last worker, ends the
 run. A worker that fails stops the other workers; the job fails with that worker's reason.
 
+Resize in place (docs/docker.md): an elastic Horovod job that asks for it runs under Horovod
+Elastic in its first host's container; a grow onto another host starts an sshd container there
+first (horovodrun starts the new workers over ssh), a shrink waits for the removed workers, then
+stops the sshd container of a host the job left. Where that cannot be done (no sshd in the
+image, real GPUs a running container lacks, ...) the resize is a checkpoint-restart.
+
 Faults: an image that is not on the host fails the start with a one-line `ExecutorError` (images
 are not pulled unless `pull="missing"`: pre-pull them on every host). A host that does not answer
 fails the job with a one-line reason and is marked unhealthy (`engine.set_nodes`), so that
@@ -35,6 +41,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -46,8 +53,18 @@ from ..jobfiles import CHECKPOINT_DIR, RUNNER_COPY
 from ..model import Allocation, Job, JobSpec, Launcher, Node
 from .base import ExecutorError
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
-from .launch import RUNNER, build_workers, job_environment
-from .lifecycle import Run, RunExecutor, reattached_line, start_line
+from .launch import (
+    DISCOVER_SCRIPT,
+    GPUS_FILE,
+    RUNNER,
+    WORKERS_DIR,
+    build_workers,
+    discover_script,
+    elastic_host_files,
+    job_environment,
+    visible_devices,
+)
+from .lifecycle import Run, RunExecutor, reattached_line, resized_line, start_line
 from .registry import ExecutorKind, Option
 
 if TYPE_CHECKING:
@@ -69,6 +86,8 @@ class _Worker:
     rank: int
     cid: str
     sidecar: bool = False  # a Horovod sshd container: its exit is not the job's
+    devices: list[str] | None = None  # the real GPUs the container was given (None: virtual)
+    retired: bool = False  # a sidecar a shrink is stopping (its host is no longer the job's)
     skip: int = 0  # log lines already in the log file (re-attached after a restart)
     code: int | None = None
     oom: bool = False
@@ -83,6 +102,11 @@ class _Run(Run):
     failed: _Worker | None = None  # the first worker that failed on its own
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     multi: bool = False  # the job spans hosts: log lines get a `[host] ` prefix
+    elastic: tuple[int, int] | None = None  # Horovod Elastic's (min, max) workers: resized in place
+    image: str = ""
+    cwd: str = ""
+    applying: bool = False  # a resize in place is being applied (sidecars, files, a shrink's wait)
+    spans: bool = False  # Horovod's network interface is one other hosts have: grows onto them in place
 
 
 class DockerExecutor(RunExecutor):
@@ -109,6 +133,7 @@ class DockerExecutor(RunExecutor):
         pull: str = "never",
         rdzv_port: int | None = None,
         horovod_ssh_port: int = 12345,
+        horovod_network_interface: str | None = None,
         use_uuids: bool = False,
         health_interval: float = 10.0,
         api_timeout: float = 30.0,
@@ -132,6 +157,8 @@ class DockerExecutor(RunExecutor):
         self.pull = pull
         self.rdzv_port = rdzv_port
         self.horovod_ssh_port = horovod_ssh_port
+        self.horovod_network_interface = horovod_network_interface
+        self._sshd: dict[tuple[str, str], bool] = {}  # (host, image) -> the image runs sshd there
         self.use_uuids = use_uuids
         self.health_interval = health_interval
         self.api_timeout = api_timeout
@@ -212,6 +239,260 @@ class DockerExecutor(RunExecutor):
         with self._lock:
             run = self._runs.get(job_id)
             return [(w.host, w.cid) for w in run.workers] if run else []
+
+    # -- resizing in place (Horovod Elastic, on one or more hosts) -----------------------------------
+    #: seconds the workers a shrink removes get to leave on their own (Horovod stops them at
+    #: their next `state.commit()`), then SIGTERM, `cancel_grace`, SIGKILL
+    shrink_wait = 60.0
+    #: seconds a new host's sshd container gets to listen before discovery lists the host
+    sshd_wait = 15.0
+
+    def _elastic_np(self, spec: JobSpec, alloc: Allocation) -> tuple[int, int] | None:
+        """(min, max) workers when the job runs under Horovod Elastic: a Horovod job that is
+        elastic and asks to be resized in place (torchrun jobs checkpoint-restart here)."""
+        if not (spec.in_place and spec.elastic and Launcher(spec.launcher) is Launcher.horovod):
+            return None
+        total = self.engine.total_gpus if self.engine is not None else sum(len(v) for v in alloc.values())
+        n = sum(len(v) for v in alloc.values())
+        return min(spec.min_size, n), max(spec.max_size(total), n)
+
+    def _horovod_nic(self, alloc: Allocation) -> str | None:
+        """Horovod Elastic's network interface: the executor's; else `lo` for a job that starts on
+        one host (Horovod finds common interfaces only among two hosts or more, and would wait for
+        a second one), which then grows in place on that host only."""
+        return self.horovod_network_interface or ("lo" if len(alloc) == 1 else None)
+
+    def _probe_sshd(self, image: str) -> None:
+        """Find out, in the background, on which hosts `image` runs an sshd (`sshd -t`: the binary,
+        its configuration and host keys): a grow onto a host is in place only there."""
+        def probe(name: str) -> None:
+            try:
+                self._client(name).containers.run(image, ["/usr/sbin/sshd", "-t"], remove=True,
+                                                  network_mode="none", user="0")
+                ok = True
+            except Exception as e:  # noqa: BLE001 - no sshd, no keys, host down: not in place there
+                log.info("docker host %s: no usable sshd in %s (%s): Horovod grows onto it restart the job",
+                         name, image, short_error(e))
+                ok = False
+            with self._lock:
+                self._sshd[(name, image)] = ok
+
+        with self._lock:
+            todo = [n for n in self.hosts if (n, image) not in self._sshd and n not in self._down]
+        for name in todo:
+            threading.Thread(target=probe, args=(name,), name=f"sshd-probe-{name}", daemon=True).start()
+
+    def _host_container(self, run: _Run, host: str) -> _Worker | None:
+        """The run's live container on `host`: horovodrun's, or the host's sshd container."""
+        return next((w for w in run.workers if w.host == host and w.code is None and not w.retired), None)
+
+    def _elastic_files(self, job_id: int, alloc: Allocation, devices: dict[str, list[str] | None]) -> dict:
+        """`hosts`, `gpus`, `gpus@<address>` for `alloc`; `devices`: each host's container's real
+        GPUs (its workers see them as 0..k-1), None for virtual ones."""
+        nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
+        hosts = []
+        for name, idx in alloc.items():
+            have = devices.get(name)
+            if have is None:
+                cuda = visible_devices(nodes.get(name), tuple(idx), self.use_uuids)
+            else:
+                cuda = ",".join(str(have.index(i)) for i in self._devices(nodes.get(name), tuple(idx)) or ())
+            # horovodrun's own host as `localhost`: Horovod starts its workers there without ssh
+            hosts.append(("localhost" if not hosts else self.hosts[name].address, cuda, len(idx)))
+        return elastic_host_files(hosts)
+
+    def _write_files(self, job_id: int, files: dict[str, str]) -> None:
+        """Each file replaced atomically, the GPUs before `hosts` (a worker a grow adds reads its
+        GPUs before discovery can show it)."""
+        d = self.job_dir(job_id)
+        for name in sorted(files, key=lambda n: n == "hosts"):
+            tmp = d / (name + ".tmp")
+            tmp.unlink(missing_ok=True)
+            nofollow.write_text(tmp, files[name])
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, d / name)
+
+    def _prepare_elastic(self, job_id: int, alloc: Allocation, devices: dict[str, list[str] | None],
+                         account: Any = None) -> None:
+        d = self.job_dir(job_id)
+        try:
+            script = d / DISCOVER_SCRIPT
+            script.unlink(missing_ok=True)
+            nofollow.write_text(script, discover_script(d))
+            os.chmod(script, 0o755)
+            for old in d.glob(GPUS_FILE + "@*"):  # other hosts' GPUs from an earlier run
+                old.unlink()
+            self._write_files(job_id, self._elastic_files(job_id, alloc, devices))
+            workers = d / WORKERS_DIR
+            if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
+                workers.unlink()
+            workers.mkdir(exist_ok=True)
+            for old in workers.iterdir():
+                old.unlink()
+            if account is not None:  # the workers write their pids there, as the job's user
+                os.chown(workers, account.uid, account.gid, follow_symlinks=False)
+            else:
+                self._chown(workers)
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: cannot write its Horovod Elastic files: {e.strerror}: "
+                                f"{e.filename}") from None
+
+    def resizes_in_place(self, job: Job, alloc: Allocation) -> bool:
+        """In place when the run is under Horovod Elastic and no earlier resize in place is being
+        applied, horovodrun's host stays the first, the size is within `--min-np`..`--max-np`,
+        every host that already runs a container of the job keeps GPUs that container was given
+        (real GPUs cannot be added to a running container), and a new host runs the image's sshd."""
+        n = sum(len(v) for v in alloc.values())
+        nodes = {x.name: x for x in self.engine.nodes} if self.engine is not None else {}
+        with self._lock:
+            run = self._runs.get(job.id)
+            if not (isinstance(run, _Run) and run.elastic is not None and run.stopping is None
+                    and not run.applying and job.id not in self._relaunch
+                    and run.elastic[0] <= n <= run.elastic[1] and alloc and run.workers
+                    and next(iter(alloc)) == run.workers[0].host):
+                return False
+            for name, idx in alloc.items():
+                if name not in self.hosts or name in self._down:
+                    return False
+                w = self._host_container(run, name)
+                if w is None:
+                    if not run.spans or not self._sshd.get((name, run.image)):
+                        return False
+                elif w.devices is not None:
+                    ids = self._devices(nodes.get(name), tuple(idx))
+                    if ids is None or not set(ids) <= set(w.devices):
+                        return False
+        return True
+
+    def resize_in_place(self, job: Job, old: Allocation, now: float) -> None:
+        with self._lock:
+            run = self._runs.get(job.id)
+            if not isinstance(run, _Run):
+                return  # it has just ended: that exit is reported
+            run.applying = True
+        threading.Thread(target=self._apply_resize, args=(run, job.spec, dict(old), dict(job.alloc)),
+                         name=f"resize-{job.id}", daemon=True).start()
+
+    def _apply_resize(self, run: _Run, spec: JobSpec, old: Allocation, alloc: Allocation) -> None:
+        """A new host's sshd container first, then the files Horovod's discovery reads; after a
+        shrink, the removed workers' end (then their hosts' sshd containers go, and the GPUs are
+        reported free)."""
+        try:
+            was, n = sum(len(v) for v in old.values()), sum(len(v) for v in alloc.values())
+            try:
+                for host in alloc:
+                    if self._host_container(run, host) is None:
+                        self._start_sidecar(run, spec, host, tuple(alloc[host]))
+                devices = {h: w.devices for h in alloc if (w := self._host_container(run, h)) is not None}
+                files = self._elastic_files(run.job_id, alloc, devices)
+                self._write_files(run.job_id, files)
+            except (ExecutorError, OSError) as e:  # the run goes on at its old size
+                log.error("job %s: resize in place not applied: %s", run.job_id, e)
+                self._append_log(run, f"{joblogs.MARKER} run #{run.restarts} resize in place to {n} GPUs "
+                                      f"not applied: {e} ===\n")
+                return
+            where = {self.hosts[h].address: h for h in alloc}
+            cuda = " ".join(f"{where[k.partition('@')[2]]}:{v.strip()}" if "@" in k else
+                            f"{next(iter(alloc))}:{v.strip()}" for k, v in files.items() if k != "hosts")
+            self._append_log(run, resized_line(run.restarts, was, n, cuda if len(alloc) > 1 else
+                                               files[GPUS_FILE].strip()))
+            if n < was:
+                self._wait_removed(run, old, alloc)
+                self._released(run.job_id)
+        finally:
+            run.applying = False
+
+    def _start_sidecar(self, run: _Run, spec: JobSpec, host: str, gpus: tuple[int, ...]) -> None:
+        """The sshd container through which horovodrun starts the workers of a host the job
+        did not use (it has the host's new GPUs); returns once its port answers."""
+        nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
+        _, argv, env, devices, _ = self._sidecar_plan(spec, host, gpus, nodes)
+        account = self.account_for(spec)
+        if account is not None:
+            env.update({**account.env(), "HOME": str(self.job_dir(run.job_id))})
+        rank = max(w.rank for w in run.workers) + 1
+        cid = self._create(run.job_id, rank, run.restarts, host, run.image, argv, env, devices, run.cwd,
+                           account)
+        w = _Worker(host, rank, cid, sidecar=True, devices=devices)
+        try:
+            self._client(host).api.start(cid)
+        except Exception as e:  # noqa: BLE001
+            self._remove(w)
+            raise self._start_error(run.job_id, host, run.image, e) from None
+        with self._lock:
+            run.workers.append(w)
+        threading.Thread(target=self._follow, args=(run, w), name=f"docker-{run.job_id}-{rank}",
+                         daemon=True).start()
+        address, deadline = self.hosts[host].address, time.monotonic() + self.sshd_wait
+        while time.monotonic() < deadline and w.code is None:
+            try:
+                with socket.create_connection((address, self.horovod_ssh_port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise ExecutorError(f"the sshd container on {host} does not answer on "
+                            f"{address}:{self.horovod_ssh_port}")
+
+    def _wait_removed(self, run: _Run, old: Allocation, alloc: Allocation) -> None:
+        """Wait until the workers of the slots a shrink removed are gone (their pids, recorded in
+        `workers/` by the slot wrapper, checked inside their container); stop them if they stay.
+        A host the job no longer uses loses its sshd container (and whatever is left in it)."""
+        d = self.job_dir(run.job_id) / WORKERS_DIR
+        first = next(iter(alloc))
+        removed: dict[str, list[str]] = {}
+        for host, idx in old.items():
+            keep = len(alloc.get(host, ()))
+            suffix = "" if host == first else "@" + self.hosts[host].address
+            pids = []
+            for slot in range(keep, len(idx)):
+                try:
+                    pids += nofollow.read_text(d / f"{slot}{suffix}").split()
+                except OSError:
+                    continue
+            removed[host] = [p for p in pids if p.isdigit()]
+        deadline, sig = time.monotonic() + self.shrink_wait, "TERM"
+        while not run.gone.is_set():
+            left = {h: self._alive_in(run, h, pids) for h, pids in removed.items()}
+            removed = {h: p for h, p in left.items() if p}
+            if not removed:
+                break
+            if time.monotonic() >= deadline:
+                log.warning("job %s: workers removed by a shrink are still there: %s: SIG%s", run.job_id,
+                            removed, sig)
+                for h, pids in removed.items():
+                    self._exec(run, h, ["/bin/sh", "-c", f'kill -{sig} "$@"', "kill", *pids])
+                deadline = time.monotonic() + (self.cancel_grace if sig == "TERM" else 5.0)
+                sig = "KILL"
+            time.sleep(0.2)
+        for host in old:
+            w = self._host_container(run, host)
+            if host not in alloc and w is not None and w.sidecar:
+                w.retired = True
+                try:
+                    self._client(host).api.stop(w.cid, timeout=max(0, int(round(self.cancel_grace))))
+                except Exception as e:  # noqa: BLE001 - gone already, or the host is down
+                    log.debug("stop %s on %s: %s", w.cid[:12], host, e)
+
+    def _alive_in(self, run: _Run, host: str, pids: list[str]) -> list[str]:
+        """Which of `pids` still run in the job's container on `host` (none once it is gone)."""
+        if not pids or self._host_container(run, host) is None:
+            return []
+        script = 'for p; do kill -0 "$p" 2>/dev/null && echo "$p"; done; true'
+        out = self._exec(run, host, ["/bin/sh", "-c", script, "alive", *pids])
+        return pids if out is None else out.split()
+
+    def _exec(self, run: _Run, host: str, argv: list[str]) -> str | None:
+        """Run `argv` in the job's container on `host` (as root); its output, None on failure."""
+        w = self._host_container(run, host)
+        if w is None:
+            return ""
+        try:
+            api = self._client(host).api
+            eid = api.exec_create(w.cid, argv, user="0")["Id"]
+            return api.exec_start(eid).decode("utf-8", "replace")
+        except Exception as e:  # noqa: BLE001 - the container has just exited, or the host is down
+            log.debug("exec in %s on %s: %s", w.cid[:12], host, e)
+            return None
 
     # -- clients and host health -------------------------------------------------------------------
     def _client(self, name: str, stream: bool = False) -> Any:
@@ -296,11 +577,13 @@ class DockerExecutor(RunExecutor):
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
         first = self.hosts[next(iter(alloc))]
         shutil.copyfile(RUNNER, d / RUNNER_COPY)  # the image need not have schedulearn
+        elastic = self._elastic_np(spec, alloc)
         workers = build_workers(
             spec, job_id, alloc, d, restarts, nodes, python=self.python,
             addresses={n: self.hosts[n].address for n in alloc}, rdzv_port=self._rdzv_port(first, job_id),
-            use_uuids=self.use_uuids, runner=str(d / RUNNER_COPY), result_key=self.result_key(job_id))
-        plans = self._plans(spec, workers, alloc)
+            use_uuids=self.use_uuids, runner=str(d / RUNNER_COPY), result_key=self.result_key(job_id),
+            elastic_np=elastic, network_interface=self._horovod_nic(alloc) if elastic else None)
+        plans = self._plans(spec, workers, alloc, elastic is not None)
         account = self.account_for(spec)
         if account is not None:  # HOME: the job directory, the account's home is not mounted
             for plan in plans:
@@ -312,9 +595,12 @@ class DockerExecutor(RunExecutor):
                               where).encode())
         started: list[_Worker] = []
         try:
+            if elastic is not None:  # discovery's files, before horovodrun starts
+                self._prepare_elastic(job_id, alloc, {plan[0]: plan[3] for plan in plans}, account)
+                self._probe_sshd(image)
             for rank, (host, argv, env, devices, sidecar) in enumerate(plans):
                 cid = self._create(job_id, rank, restarts, host, image, argv, env, devices, cwd, account)
-                started.append(_Worker(host, rank, cid, sidecar=sidecar))
+                started.append(_Worker(host, rank, cid, sidecar=sidecar, devices=devices))
                 try:
                     self._client(host).api.start(cid)
                 except Exception as e:  # noqa: BLE001
@@ -325,11 +611,13 @@ class DockerExecutor(RunExecutor):
             logf.write(f"{joblogs.MARKER} start failed: {e} ===\n".encode())
             logf.close()
             raise
-        run = _Run(job_id=job_id, restarts=restarts, workers=started, logf=logf, multi=len(alloc) > 1)
+        run = _Run(job_id=job_id, restarts=restarts, workers=started, logf=logf, multi=len(alloc) > 1,
+                   elastic=elastic, image=image, cwd=cwd,
+                   spans=self.horovod_network_interface is not None or len(alloc) > 1)
         self._watch(run)
         return run
 
-    def _plans(self, spec: JobSpec, workers: list, alloc: Allocation) -> list[tuple]:
+    def _plans(self, spec: JobSpec, workers: list, alloc: Allocation, elastic: bool = False) -> list[tuple]:
         """(host, argv, env, device ids or None, sidecar) per container."""
         plans = []
         nodes = {n.name: n for n in self.engine.nodes} if self.engine is not None else {}
@@ -340,17 +628,20 @@ class DockerExecutor(RunExecutor):
                 env["SCHEDULEARN_HOST_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(devices)))
             plans.append((w.node, _pin_rendezvous_host(list(w.argv), len(plans)), env, devices, False))
-        if Launcher(spec.launcher) is Launcher.horovod and len(alloc) > 1:
+        if Launcher(spec.launcher) is Launcher.horovod and (len(alloc) > 1 or elastic):
             # horovodrun on the first host reaches the others over ssh: an sshd container on each
             # (the image must have sshd and the hosts' keys; see docs/docker.md)
             host, argv, env, devices, _ = plans[0]
             i = argv.index("horovod.runner.launch") + 1
             plans[0] = (host, argv[:i] + ["-p", str(self.horovod_ssh_port)] + argv[i:], env, devices, False)
             for name in list(alloc)[1:]:
-                env2 = job_environment({}, spec.env, extra=self.env)
-                plans.append((name, ["/usr/sbin/sshd", "-D", "-e", "-p", str(self.horovod_ssh_port)], env2,
-                              self._devices(nodes.get(name), tuple(alloc[name])), True))
+                plans.append(self._sidecar_plan(spec, name, alloc[name], nodes))
         return plans
+
+    def _sidecar_plan(self, spec: JobSpec, host: str, gpus: tuple[int, ...], nodes: dict) -> tuple:
+        env = job_environment({}, spec.env, extra=self.env)
+        return (host, ["/usr/sbin/sshd", "-D", "-e", "-p", str(self.horovod_ssh_port)], env,
+                self._devices(nodes.get(host), tuple(gpus)), True)
 
     def _devices(self, node: Node | None, gpus: tuple[int, ...]) -> list[str] | None:
         if node is None or node.virtual:
@@ -419,6 +710,7 @@ class DockerExecutor(RunExecutor):
         return 29400 + job_id % 500
 
     def _chown(self, d: Path) -> None:
+        """`d` (and its checkpoints folder, for a job directory) to the executor's `user`."""
         if not self.user or os.geteuid() != 0:
             return
         try:
@@ -427,7 +719,8 @@ class DockerExecutor(RunExecutor):
         except ValueError:
             return  # a user name: its ids are the image's business
         for p in (d, d / CHECKPOINT_DIR):
-            os.chown(p, u, g)
+            if p.exists():
+                os.chown(p, u, g)
 
     # -- following, exits --------------------------------------------------------------------------
     def _watch(self, run: Run) -> None:
@@ -438,7 +731,7 @@ class DockerExecutor(RunExecutor):
 
     def _follow(self, run: _Run, w: _Worker) -> None:
         """Copy the container's output into the job log until it exits, then record its exit."""
-        prefix = f"[{w.host}] ".encode() if run.multi else b""
+        prefix = f"[{w.host}] ".encode() if run.multi or w.sidecar else b""
         skip = w.skip
         try:
             stream = self._client(w.host, stream=True).api.logs(w.cid, stdout=True, stderr=True, stream=True,

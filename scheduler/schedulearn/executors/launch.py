@@ -19,9 +19,11 @@ host, the Docker executor runs them as containers; both take the argv and env fr
   pre-warmed workers started beside horovodrun: a worker a grow adds skips the cold start);
   `-H h1:n1,h2:n2` across hosts, started once on the first host (Horovod then reaches the
   others over ssh: passwordless ssh between the hosts and the same Python environment on each
-  is the requirement). Horovod gives every host the first host's environment, so across hosts
-  its `CUDA_VISIBLE_DEVICES` is right only where each host was given the same GPU indices;
-  torchrun has no such limit.
+  is the requirement); resized in place across hosts (the Docker executor), the discovery
+  script lists `host:slots` and each host's GPUs are in `gpus@<address>` (the slot wrapper
+  reads its host's). Horovod gives every host the first host's environment, so across hosts
+  the plain launch's `CUDA_VISIBLE_DEVICES` is right only where each host was given the same
+  GPU indices; torchrun has no such limit.
 
 Every Python program of a job (the bundled `main.py`, or a command `python [flags] script.py
 args` / `python -m module args`) runs through the job runner `schedulearn/run.py`
@@ -69,9 +71,15 @@ PREWARM = str(Path(__file__).resolve().parents[1] / "prewarm.py")
 #: added by a grow sees the new list), its pid under `workers/`, then the job's command through
 #: the prewarm client (`$0`: Python; `$1`: prewarm.py), which forks it from the run's server of
 #: pre-warmed workers or else execs it.
-_SLOT_WRAPPER = ('d="$SCHEDULEARN_JOB_DIR"; CUDA_VISIBLE_DEVICES=$(cat "$d/gpus") || exit 1; '
-                 'export CUDA_VISIBLE_DEVICES; echo $$ > "$d/workers/${HOROVOD_LOCAL_RANK:-0}"; '
-                 'p="$1"; shift; exec "$0" -I -S "$p" fork "$@"')
+#: Across hosts (the Docker executor), a host other than horovodrun's has files of its own,
+#: `gpus@<address>` and `workers/<local rank>@<address>` (its worker runs there: no prewarm
+#: server there, the command is exec'd); Horovod names the host in `HOROVOD_HOSTNAME`.
+_SLOT_WRAPPER = ('d="$SCHEDULEARN_JOB_DIR"; g=gpus; w="${HOROVOD_LOCAL_RANK:-0}"; p="$1"; shift; '
+                 'if [ -f "$d/gpus@$HOROVOD_HOSTNAME" ]; then g="gpus@$HOROVOD_HOSTNAME"; '
+                 'w="$w@$HOROVOD_HOSTNAME"; p=""; fi; '
+                 'CUDA_VISIBLE_DEVICES=$(cat "$d/$g") || exit 1; '
+                 'export CUDA_VISIBLE_DEVICES; echo $$ > "$d/workers/$w"; '
+                 '[ -z "$p" ] || exec "$0" -I -S "$p" fork "$@"; exec "$@"')
 #: Starts the run's prewarm server (`$0`: Python, `$1`: prewarm.py, `$2`: the job directory) in
 #: the background, then becomes horovodrun (the server's parent: it exits when horovodrun has).
 _WITH_PREWARM = '"$0" -u "$1" serve "$2" & shift 2; exec "$@"'
@@ -90,6 +98,16 @@ def elastic_files(alloc: Allocation, nodes: Mapping[str, Node] | None = None,
     ((name, idx),) = alloc.items()
     gpus = visible_devices((nodes or {}).get(name), tuple(idx), use_uuids)
     return {GPUS_FILE: gpus + "\n", HOSTS_FILE: f"localhost:{len(idx)}\n"}
+
+
+def elastic_host_files(hosts: list[tuple[str, str, int]]) -> dict[str, str]:
+    """The same across hosts (the Docker executor): `hosts` (what discovery prints) lists
+    `address:slots` of every host, `(address, CUDA_VISIBLE_DEVICES, slots)` in `hosts`, the
+    first being horovodrun's (its GPUs in `gpus`, the others' in `gpus@<address>`)."""
+    out = {HOSTS_FILE: "".join(f"{a}:{n}\n" for a, _, n in hosts)}
+    for i, (address, cuda, _) in enumerate(hosts):
+        out[GPUS_FILE if i == 0 else f"{GPUS_FILE}@{address}"] = cuda + "\n"
+    return out
 
 
 @dataclass(frozen=True)
@@ -278,8 +296,9 @@ def build_workers(
     own name when absent). `network_interface` is Horovod's (`lo` on one host by default).
     `runner` is the job runner's path as the job sees it (None: Python programs run bare);
     `result_key` the job's key for signing its result (`SCHEDULEARN_RESULT_KEY`);
-    `elastic_np` (min, max workers): a Horovod job on one host runs under Horovod Elastic, a
-    torchrun job under `torchrun_elastic`'s supervisor, to be resized in place (the executor
+    `elastic_np` (min, max workers): a Horovod job runs under Horovod Elastic (on one host, or
+    across hosts where the executor writes `elastic_host_files`), a torchrun job on one host
+    under `torchrun_elastic`'s supervisor, to be resized in place (the executor
     writes `elastic_files` first)."""
     if not alloc:
         raise ExecutorError(f"job {job_id}: no GPUs allocated")
@@ -336,14 +355,13 @@ def build_workers(
 
     # Horovod: one horovodrun on the first host starts every rank (ssh to the others).
     hvd = [python, "-m", "horovod.runner.launch", "-np", str(total)]
-    if elastic_np is not None:
-        if len(hosts) > 1:
-            raise ExecutorError(f"job {job_id}: Horovod Elastic resizes in place on one host only here")
+    if elastic_np is not None:  # across hosts: the discovery script lists them (Docker executor)
         lo, hi = elastic_np
+        nic = network_interface or ("lo" if not addresses else None)
         argv = ["/bin/sh", "-c", _WITH_PREWARM, python, PREWARM, str(job_dir),
                 *hvd, "--min-np", str(lo), "--max-np", str(hi),
                 "--host-discovery-script", str(Path(job_dir) / DISCOVER_SCRIPT),
-                "--gloo", "--network-interface", network_interface or "lo",
+                "--gloo", *(["--network-interface", nic] if nic else []),
                 "/bin/sh", "-c", _SLOT_WRAPPER, python, PREWARM, *command]
         return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
     if len(hosts) == 1:

@@ -284,6 +284,11 @@ def exit_line(restarts: int, code: int | None, reason: str) -> str:
             f"{': ' + reason if reason else ''} ===\n")
 
 
+def resized_line(restarts: int, was: int, now: int, cuda: str) -> str:
+    return (f"{joblogs.MARKER} run #{restarts} resized in place: {was} -> {now} GPUs, "
+            f"CUDA_VISIBLE_DEVICES={cuda} ===\n")
+
+
 def reattached_line(restarts: int, what: str) -> str:
     return f"{joblogs.MARKER} re-attached to run #{restarts} ({what}) ===\n"
 

@@ -52,7 +52,7 @@ from .launch import (
     user_command,
     wrap_exit_code,
 )
-from .lifecycle import Run, RunExecutor, reattached_line, start_line
+from .lifecycle import Run, RunExecutor, reattached_line, resized_line, start_line
 from .registry import ExecutorKind
 from .torchrun_elastic import resizable as _torchrun_resizable
 
@@ -409,11 +409,6 @@ class LocalExecutor(RunExecutor):
                 joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
             self._report(job.id, code, why)
         return None
-
-
-def resized_line(restarts: int, was: int, now: int, cuda: str) -> str:
-    return (f"{joblogs.MARKER} run #{restarts} resized in place: {was} -> {now} GPUs, "
-            f"CUDA_VISIBLE_DEVICES={cuda} ===\n")
 
 
 def _slot_pids(workers: Path, keep: int) -> list[int]:

@@ -1,6 +1,7 @@
 """Shared test configuration. Fixtures that start real services live in tests/fixtures/."""
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -51,3 +52,15 @@ async def wait_for(pred, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def assert_unresized_weights(job_dir: Path, steps: int) -> list[float]:
+    """The weights tests/jobs/elastic_train.py ended with (`final.json` in its job directory)
+    equal an unresized run's of `steps` steps within 1e-9 — no step lost or repeated across
+    its resizes; returns them."""
+    from tests.jobs import elastic_train  # imports torch: only where such a job ran
+
+    final = json.loads((job_dir / "final.json").read_text())
+    expected = elastic_train.reference(steps)
+    assert max(abs(x - y) for x, y in zip(final, expected, strict=True)) < 1e-9, (final, expected)
+    return final

@@ -54,14 +54,13 @@ from ..model import Allocation, Job, JobSpec, Launcher, Node
 from .base import ExecutorError
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
 from .launch import (
-    DISCOVER_SCRIPT,
     GPUS_FILE,
     RUNNER,
     WORKERS_DIR,
     build_workers,
-    discover_script,
     elastic_host_files,
     job_environment,
+    prepare_elastic_dir,
     visible_devices,
 )
 from .lifecycle import Run, RunExecutor, reattached_line, resized_line, start_line
@@ -316,19 +315,10 @@ class DockerExecutor(RunExecutor):
                          account: Any = None) -> None:
         d = self.job_dir(job_id)
         try:
-            script = d / DISCOVER_SCRIPT
-            script.unlink(missing_ok=True)
-            nofollow.write_text(script, discover_script(d))
-            os.chmod(script, 0o755)
+            workers = prepare_elastic_dir(d)
             for old in d.glob(GPUS_FILE + "@*"):  # other hosts' GPUs from an earlier run
                 old.unlink()
             self._write_files(job_id, self._elastic_files(job_id, alloc, devices))
-            workers = d / WORKERS_DIR
-            if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
-                workers.unlink()
-            workers.mkdir(exist_ok=True)
-            for old in workers.iterdir():
-                old.unlink()
             if account is not None:  # the workers write their pids there, as the job's user
                 os.chown(workers, account.uid, account.gid, follow_symlinks=False)
             else:

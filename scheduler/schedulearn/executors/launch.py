@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import nofollow
 from ..jobfiles import SCRIPT_NAME
 from ..model import Allocation, JobSpec, Launcher, Node
 from ..run import RESULT_KEY_ENV
@@ -88,6 +89,23 @@ _WITH_PREWARM = '"$0" -u "$1" serve "$2" & shift 2; exec "$@"'
 def discover_script(job_dir: Path | str) -> str:
     """The host-discovery script of a Horovod Elastic job: prints its current allocation."""
     return f"#!/bin/sh\nexec cat {shlex.quote(str(Path(job_dir) / HOSTS_FILE))}\n"
+
+
+def prepare_elastic_dir(job_dir: Path) -> Path:
+    """Write a Horovod Elastic job's discovery script and an empty `workers/` (where the slots'
+    wrappers record their pids) in `job_dir`, replacing what an earlier run left; returns
+    `workers/` for the caller to give to the job's account. OSError as raised."""
+    script = job_dir / DISCOVER_SCRIPT
+    script.unlink(missing_ok=True)
+    nofollow.write_text(script, discover_script(job_dir))
+    os.chmod(script, 0o755)
+    workers = job_dir / WORKERS_DIR
+    if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
+        workers.unlink()
+    workers.mkdir(exist_ok=True)
+    for old in workers.iterdir():
+        old.unlink()
+    return workers
 
 
 def elastic_files(alloc: Allocation, nodes: Mapping[str, Node] | None = None,

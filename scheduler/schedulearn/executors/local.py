@@ -42,13 +42,12 @@ from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
 from .launch import (
-    DISCOVER_SCRIPT,
     WORKERS_DIR,
     build_workers,
     check_command,
-    discover_script,
     elastic_files,
     job_environment,
+    prepare_elastic_dir,
     user_command,
     wrap_exit_code,
 )
@@ -282,17 +281,8 @@ class LocalExecutor(RunExecutor):
     def _prepare_elastic(self, d: Path, job_id: int, alloc: Allocation, account: object) -> None:
         """Horovod Elastic's files: the discovery script, the allocation, an empty `workers/`."""
         try:
-            script = d / DISCOVER_SCRIPT
-            script.unlink(missing_ok=True)
-            nofollow.write_text(script, discover_script(d))
-            os.chmod(script, 0o755)
+            workers = prepare_elastic_dir(d)
             self._write_elastic(job_id, alloc)
-            workers = d / WORKERS_DIR
-            if workers.is_symlink() or (workers.exists() and not workers.is_dir()):
-                workers.unlink()
-            workers.mkdir(exist_ok=True)
-            for old in workers.iterdir():
-                old.unlink()
             if account is not None:
                 os.chown(workers, account.uid, account.gid, follow_symlinks=False)  # type: ignore[attr-defined]
         except OSError as e:

@@ -104,6 +104,90 @@ def test_the_process_group_is_destroyed_and_output_flushed(tmp_path: Path) -> No
     assert p.stdout == "last wordsat exit initialised: False\n"
 
 
+def test_a_stopped_program_ends_with_the_collectors_heap_frozen(tmp_path: Path) -> None:
+    """Status 143 (the scheduler's stop, `EXIT_CHECKPOINTED`): the heap is frozen before the
+    interpreter's teardown (whose collections it then skips); any other status keeps Python's."""
+    (tmp_path / "s.py").write_text(
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0, flush=True))\n"
+        "sys.exit(int(sys.argv[1]))\n")
+    for status, frozen in ((143, True), (0, False), (1, False)):
+        p = _run(["s.py", str(status)], tmp_path)
+        assert p.returncode == status, (status, p.stderr)
+        assert p.stdout == f"frozen at exit: {frozen}\n", (status, p.stdout)
+
+
+def test_a_rank_waits_for_rank_0s_store_to_listen_before_torch_connects(tmp_path: Path) -> None:
+    """A rank other than 0 rendezvousing through `env://` waits, polling, until rank 0's store
+    listens (torch's own client backs off for 0.3-0.7 s when it is early); it gives up after
+    `MASTER_WAIT_S` and lets torch's connect (with its own timeout and error) go on."""
+    import socket
+    import threading
+    import time
+
+    def rendezvous(args=(), kwargs=None, **env):
+        old = {k: os.environ.get(k) for k in ("RANK", "MASTER_ADDR", "MASTER_PORT")}
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", **env})
+        try:
+            return run._env_rendezvous(tuple(args), kwargs or {})
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    assert rendezvous(["gloo"], RANK="1") and rendezvous(["gloo", "env://"], RANK="3")
+    assert not rendezvous(["gloo"], RANK="0")  # rank 0 starts the store
+    assert rendezvous(["gloo"], {"rank": 1}, RANK="0") and not rendezvous(["gloo"], {"rank": 0}, RANK="1")
+    assert not rendezvous(["gloo", "tcp://10.0.0.1:23456"], RANK="1")  # not env://
+    assert not rendezvous(["gloo"], {"store": object()}, RANK="1")
+    assert not rendezvous(["gloo"], RANK="1", MASTER_PORT="")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listening = []
+
+    def listen_later():
+        time.sleep(0.4)
+        srv = socket.create_server(("127.0.0.1", port))
+        listening.append(time.monotonic())
+        time.sleep(2)
+        srv.close()
+
+    t = threading.Thread(target=listen_later)
+    t.start()
+    run._wait_for_master("127.0.0.1", port)
+    returned = time.monotonic()
+    t.join()
+    assert listening and returned >= listening[0]  # it returned once the port listened, not before
+
+    old = run.MASTER_WAIT_S
+    run.MASTER_WAIT_S = 0.2
+    try:
+        t0 = time.monotonic()
+        run._wait_for_master("127.0.0.1", port)  # nothing listens: it gives up
+        assert time.monotonic() - t0 < 5
+    finally:
+        run.MASTER_WAIT_S = old
+
+    # under the runner, init_process_group is wrapped, and two ranks started rank 1 first meet
+    (tmp_path / "s.py").write_text(
+        "import os, sys, time, torch, torch.distributed as dist\n"
+        "assert hasattr(dist.init_process_group, '__wrapped__')\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([float(dist.get_rank() + 1)]); dist.all_reduce(t)\n"
+        "print('sum', int(t.item()), flush=True)\n")
+    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    argv = [PY, "-m", "schedulearn.run", "s.py"]
+    one = subprocess.Popen(argv, cwd=tmp_path, env={**env, "RANK": "1"}, stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    zero = subprocess.Popen(argv, cwd=tmp_path, env={**env, "RANK": "0"}, stdout=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=120)[0] for p in (zero, one)]
+    assert [p.returncode for p in (zero, one)] == [0, 0] and all("sum 3" in o for o in outs), outs
+
+
 # --- rank prefixes ----------------------------------------------------------------------------
 def test_ranks_sharing_one_log_write_whole_prefixed_lines(tmp_path: Path) -> None:
     """Two ranks of a 2-process job write 3,000 lines each, every line in two pieces, to one log

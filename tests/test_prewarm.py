@@ -164,6 +164,40 @@ def test_the_client_forwards_signals_and_ends_as_its_worker(tmp_path):
         srv.close()
 
 
+STOPPING = """
+import atexit, sys, threading, time
+
+class Module:
+    def __del__(self):
+        print("teardown", flush=True)
+
+kept = Module()  # collected by the interpreter's teardown, when there is one
+atexit.register(lambda: print("atexit", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_worker_the_scheduler_stopped_ends_without_the_interpreters_teardown(tmp_path):
+    """Status 143 (the scheduler's stop at a step boundary): a forked worker joins its
+    non-daemon threads and runs its atexit handlers, then ends at once (no teardown, which in a
+    fork writes to every page shared with the server); any other status ends as Python does."""
+    require(hasattr(os, "pidfd_open"), "needs pidfds (Linux 5.3)")
+    srv = Server(tmp_path, _env(tmp_path))
+    try:
+        script = tmp_path / "stopping.py"
+        script.write_text(STOPPING)
+        for status, lines in ((143, ["thread done", "atexit"]), (0, ["thread done", "atexit", "teardown"]),
+                              (3, ["thread done", "atexit", "teardown"])):
+            py = sys.executable
+            argv = [py, "-I", "-S", PREWARM, "fork", py, "-u", str(script), str(status)]
+            p = subprocess.run(argv, env=srv.worker_env(), capture_output=True, text=True, timeout=60)
+            assert p.returncode == status and p.stdout.split("\n")[:-1] == lines, (status, p.stdout, p.stderr)
+        assert "cold start" not in srv.text()  # every one was forked
+    finally:
+        srv.close()
+
+
 def _torchrun_worker_env(tmp_path) -> dict[str, str]:
     """What a worker of torchrun's elastic agent gets (torchrun_elastic.py's agents set
     SCHEDULEARN_SLOT and the GPU; torch the rest, see test below)."""

@@ -186,3 +186,72 @@ def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
             store.close()
 
     asyncio.run(main())
+
+
+def test_a_round_completes_once_the_jobs_gpus_have_joined(tmp_path, monkeypatch):
+    """Each agent's rendezvous completes a round at the job's GPU count (its `gpus` file),
+    within --nnodes MIN..MAX, instead of waiting for the last call; without the file, torch's
+    own rule (MAX, or the last call)."""
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousSettings, RendezvousTimeout
+
+    def settings(lo=1, hi=3):
+        return RendezvousSettings("r", lo, hi, RendezvousTimeout(last_call=timedelta(seconds=1)),
+                                  timedelta(seconds=1), 3)
+
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    s = settings()
+    assert not torchrun_elastic._expect_nodes(s)
+    assert s.max_nodes == 3  # no gpus file yet
+    for gpus, want in (("0,1", 2), ("0", 1), ("0,1,2,3,4", 3), ("4,7,2", 3), ("2", 1)):
+        (tmp_path / torchrun_elastic.GPUS_FILE).write_text(gpus)
+        assert torchrun_elastic._expect_nodes(s)  # the same object: the handler, its parts share it
+        assert s.max_nodes == want, gpus
+    s2 = settings(lo=2, hi=4)
+    (tmp_path / torchrun_elastic.GPUS_FILE).write_text("5")
+    torchrun_elastic._expect_nodes(s2)
+    assert s2.max_nodes == 2  # never below MIN
+    (tmp_path / torchrun_elastic.GPUS_FILE).unlink()
+    torchrun_elastic._expect_nodes(s2)
+    assert s2.max_nodes == 4  # back to MAX
+    monkeypatch.delenv("SCHEDULEARN_JOB_DIR")
+    s3 = settings()
+    torchrun_elastic._expect_nodes(s3)
+    assert s3.max_nodes == 3
+
+
+def test_a_shrinks_survivors_resume_without_waiting_for_the_removed_worker_to_end(tmp_path):
+    """The agent a shrink removes leaves the rendezvous on its SIGTERM, before its worker has
+    stopped: the survivors' round does not wait for that worker's end. Here the removed worker
+    (GPU 1) holds its exit until the job has trained at world 1 (tests/jobs/elastic_train.py's
+    HOLD_EXIT_GPU): it sees that happen while it is still alive."""
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    release = tmp_path / "release"
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=20)
+        eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            a = eng.submit({"command": ["python", str(JOBS / "elastic_train.py")], "launcher": "torchrun",
+                            "gpus": "auto", "min_gpus": 1, "max_gpus": 2, "resize": "in-place",
+                            "env": {"TRAIN_STEPS": "100000", "STEP_SLEEP": "0.1", "HOLD_EXIT_GPU": "1"}})
+            await wait_for(lambda: re.search(PREFIX + r"step [3-9] world 2", ex.logs(a.id), re.M), 120,
+                           "the job to train on 2 GPUs")
+            b = eng.submit({"command": [sys.executable, str(JOBS / "show_env.py"), str(release)], "gpus": 1})
+            await wait_for(lambda: "held exit:" in ex.logs(a.id), 90, "the removed worker to end")
+            text = ex.logs(a.id)
+            assert "held exit: the others resumed first True" in text, text[-4000:]
+            assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
+            assert "could not leave the rendezvous" not in text
+            await wait_for(lambda: b.state is JobState.running, 60, "job B to get the freed GPU")
+            assert a.restarts == 0 and a.state is JobState.running
+        finally:
+            release.touch()
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())

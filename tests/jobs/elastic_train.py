@@ -8,6 +8,10 @@ Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final
 rank prints `worker rank <r> world <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` when it starts,
 then `worker pid <pid> prewarmed <0|1>`: whether the run's prewarm server forked it.
 Runs under torchrun (torch.distributed, gloo), horovodrun (Horovod, gloo) or alone.
+
+`HOLD_EXIT_GPU=<gpu>`: a worker on that GPU (`CUDA_VISIBLE_DEVICES`) that is stopped holds its
+exit (atexit) until the job has reported a step at a world without it (a smaller one), for up
+to 20 s, then prints `held exit: the others resumed first <True|False>`.
 """
 
 import json
@@ -63,6 +67,18 @@ def reference(steps=STEPS):
     return weights(model)
 
 
+def hold_exit(world):
+    """Wait (up to 20 s) until the job reports a step at a world smaller than `world`."""
+    path = os.path.join(os.environ["SCHEDULEARN_JOB_DIR"], "metrics.jsonl")
+    deadline = time.monotonic() + 20
+    resumed = False
+    while not resumed and time.monotonic() < deadline:
+        time.sleep(0.05)
+        with open(path) as f:
+            resumed = any(json.loads(line).get("num_gpus", world) < world for line in f if line.strip())
+    print(f"held exit: the others resumed first {resumed}", flush=True)
+
+
 def main():
     dist = hvd = None
     rank, world = 0, 1
@@ -79,6 +95,11 @@ def main():
     model, opt = make_model()
     ckpt = elastic.Checkpointer(model=model, optimizer=opt, every=5)
     start = ckpt.restore()
+    if os.environ.get("HOLD_EXIT_GPU") not in (None, "") and \
+            os.environ.get("HOLD_EXIT_GPU") == os.environ.get("CUDA_VISIBLE_DEVICES"):
+        import atexit
+
+        atexit.register(lambda: ckpt.stopping and hold_exit(world))
     restart = elastic.restart_count()
     if rank == 0:
         print(f"restart {restart} world {world} resuming at {start}", flush=True)

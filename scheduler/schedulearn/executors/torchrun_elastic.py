@@ -11,12 +11,13 @@ by the executor, the job's GPUs in slot order, see `launch.elastic_files`):
 * **grow** — an agent is started for each new GPU; it waits in the rendezvous, the running
   agents see a node waiting and restart their workers (a membership change: not a failure, it
   does not use up `--max-restarts`), and a new round runs on all of them.
-* **shrink** — the agents of the removed slots get SIGTERM: each stops its worker (which saves
-  its checkpoint, `schedulearn.elastic.Checkpointer`, after the step it is in; its peers, who
-  agree on stopping at every step, save the same step and stop too) and then *leaves* the
-  rendezvous (`agent` below: torchrun itself, on a signal, neither leaves nor closes it; a node
-  that merely died would hold the next round up until its heartbeats expire). The surviving
-  agents see their workers stop, restart them, and a new round runs without the removed ones.
+* **shrink** — the agents of the removed slots get SIGTERM: each *leaves* the rendezvous at once
+  (`agent` below: torchrun itself, on a signal, neither leaves nor closes it; a node that merely
+  died would hold the next round up until its heartbeats expire), then stops its worker (which
+  saves its checkpoint, `schedulearn.elastic.Checkpointer`, after the step it is in; its peers,
+  who agree on stopping at every step, save the same step and stop too). The surviving agents
+  see their workers stop, restart them, and a new round runs without the removed ones — without
+  waiting for the removed workers to end.
 
 What survives a resize in place: the job in the scheduler (same run, `job.restarts` and
 `SCHEDULEARN_RESTART_COUNT` unchanged), the supervisor and the agents of the surviving GPUs
@@ -65,9 +66,13 @@ RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 #: torch's rendezvous re-reads its shared state once a second while it waits, and caches it for
 #: a second (both hard-wired); the agents here read it every `RDZV_POLL` seconds (one host: a
 #: read of a local TCP store)
-RDZV_POLL = 0.1
+RDZV_POLL = 0.02
+#: seconds between an agent's looks at its worker and at nodes waiting to join (torchrun's 0.1)
+MONITOR_INTERVAL = 0.05
 #: the last call of every round but an agent's first (the first keeps `RDZV_CONF`'s 1 s, in which
-#: the agents a run starts together all join): a resize's round is waited for by no one else
+#: the agents a run starts together all join), where the job's GPU count is unknown (no `gpus`
+#: file; with it a round completes as soon as that many agents joined, and the 1 s last call only
+#: bounds the wait for one that does not come): a resize's round is waited for by no one else
 #: (a shrink's survivors stop at the same step; a grow's new agent is already waiting)
 LATER_LAST_CALL = 0.25
 #: seconds the other agents get to end once one has ended well (those of the last round end
@@ -120,7 +125,7 @@ def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, comm
     conf = f"{RDZV_CONF},is_host={1 if slot == 0 else 0}"
     return [python, "-u", SCRIPT, "agent", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={AGENT_MAX_RESTARTS}", "--monitor-interval=0.1", "--no-python",
+            f"--max-restarts={AGENT_MAX_RESTARTS}", f"--monitor-interval={MONITOR_INTERVAL}", "--no-python",
             "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", python, PREWARM, *command]
 
 
@@ -144,6 +149,7 @@ def agent(argv: list[str]) -> None:
 
     registry.get_rendezvous_handler = get_rendezvous_handler
     _quicken_rendezvous(handlers)
+    _leave_first(handlers)
     try:
         run.main(argv)
     except SignalException:
@@ -152,10 +158,38 @@ def agent(argv: list[str]) -> None:
         raise SystemExit(128 + signal.SIGTERM) from None
 
 
+def _leave_first(handlers: list) -> None:
+    """On a signal (a shrink's SIGTERM), leave the rendezvous *before* the worker is stopped:
+    the survivors' next round waits for every node of the last one to leave, and would
+    otherwise wait for this worker's stop (the step's end, the save, the interpreter's exit) a
+    second time. Leaving a complete round changes nothing for the nodes still in it (a round
+    ends when its last node leaves). Only on the agent's signal path (its `_shutdown` while a
+    `SignalException` is handled), never when it stops its workers for a new round."""
+    try:
+        from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        shutdown = LocalElasticAgent._shutdown
+    except (ImportError, AttributeError):
+        return
+
+    def _shutdown(self, *args, **kwargs):
+        if isinstance(sys.exc_info()[1], SignalException):
+            for handler in handlers:
+                _leave(handler)
+        return shutdown(self, *args, **kwargs)
+
+    LocalElasticAgent._shutdown = _shutdown
+
+
 def _quicken_rendezvous(handlers: list) -> None:
-    """Poll the rendezvous state every `RDZV_POLL` s (without torch's 1 s cache of it), and
-    after an agent's first round give each round a last call of `LATER_LAST_CALL` s (torch's
-    private names: where they are missing, torch's own timing stays, a round of 1-2 s)."""
+    """Poll the rendezvous state every `RDZV_POLL` s (without torch's 1 s cache of it), skew
+    the joins of round 0 by at most `RDZV_POLL` (torch: up to 0.3 s, against the load of many
+    nodes on a remote store; a resize's first round is round 0 until every node of the first
+    has left), complete each round once the job's GPUs have joined (`_expect_nodes`), and,
+    where their count is unknown, give each round after an agent's first a last call of
+    `LATER_LAST_CALL` s (torch's private names: where they are missing, torch's own timing
+    stays, a round of 1-2 s)."""
     from datetime import timedelta
 
     try:
@@ -163,8 +197,12 @@ def _quicken_rendezvous(handlers: list) -> None:
 
         delay = dr._delay
 
-        def _delay(seconds):
-            delay(RDZV_POLL if seconds == 1 else seconds)
+        def _delay(seconds):  # 1: its poll; (0, 0.3): the random skew of a round-0 join
+            if seconds == 1:
+                seconds = RDZV_POLL
+            elif isinstance(seconds, tuple):
+                seconds = (seconds[0], min(seconds[1], RDZV_POLL))
+            delay(seconds)
 
         dr._delay = _delay
         next_rendezvous = dr.DynamicRendezvousHandler.next_rendezvous
@@ -176,8 +214,9 @@ def _quicken_rendezvous(handlers: list) -> None:
             self._state_holder._cache_duration = 0
         except AttributeError:
             pass
+        counted = _expect_nodes(self._settings)
         info = next_rendezvous(self)
-        if self in handlers:
+        if self in handlers and not counted:
             try:
                 self._settings.timeout._last_call = timedelta(seconds=LATER_LAST_CALL)
             except AttributeError:
@@ -185,6 +224,25 @@ def _quicken_rendezvous(handlers: list) -> None:
         return info
 
     dr.DynamicRendezvousHandler.next_rendezvous = quick_next_rendezvous
+
+
+_max_nodes: dict[int, int] = {}  # id(settings) -> the rendezvous' own --nnodes maximum
+
+
+def _expect_nodes(settings) -> bool:
+    """Complete the next round as soon as the job's GPUs (its `gpus` file: one agent each) have
+    joined, instead of after the last call that a round of fewer than `--nnodes` MAX waits for:
+    the round's `max_nodes` becomes the number of GPUs the job has now (within MIN..MAX). Every
+    agent reads the same file (a resize in place is not made while the last one's round forms,
+    see `resizable`); where the file is missing, or the count is off, the round keeps torch's
+    rule (complete at MAX, or at MIN and more once the last call has passed). Returns whether
+    the count was known."""
+    top = _max_nodes.setdefault(id(settings), settings.max_nodes)
+    job_dir = os.environ.get("SCHEDULEARN_JOB_DIR")
+    gpus = _read_gpus(job_dir) if job_dir else None
+    want = min(max(len(gpus), settings.min_nodes), top) if gpus else top
+    object.__setattr__(settings, "max_nodes", want)  # a frozen dataclass, shared by the handler's parts
+    return bool(gpus)
 
 
 def _leave(handler) -> None:

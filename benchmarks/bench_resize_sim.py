@@ -9,11 +9,11 @@ and preemptions), resizes in place, the median pause the policy measured for eac
 prices resizes with: the penalty plus one step, from the simulated job's steps), and the ratio of
 the average JCT to the checkpoint-restart run's.
 
-    python benchmarks/bench_resize_sim.py [--workloads 1,2,3,4] [--horovod 0.55] [--torchrun 1.55]
+    python benchmarks/bench_resize_sim.py [--workloads 1,2,3,4] [--horovod 0.46] [--torchrun 0.33]
                                           [--restart-penalty 30] [--traces traces] [--json]
 
 (the same as `schedulearn simulate traces/pollux/workloads/workload-N.csv --policy goodput
---resize in-place --launcher horovod --in-place-penalty horovod=0.55`.)
+--resize in-place --launcher horovod --in-place-penalty horovod=0.46`.)
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def one(trace, w: int, mode: str, penalties: dict[str, float], restart_penalty: 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="1,2,3,4")
-    ap.add_argument("--horovod", type=float, default=0.55, help="Horovod's pause in place (s)")
-    ap.add_argument("--torchrun", type=float, default=1.55, help="torchrun's pause in place (s)")
+    ap.add_argument("--horovod", type=float, default=0.46, help="Horovod's pause in place (s)")
+    ap.add_argument("--torchrun", type=float, default=0.33, help="torchrun's pause in place (s)")
     ap.add_argument("--restart-penalty", type=float, default=30.0)
     ap.add_argument("--traces", type=Path, default=ROOT / "traces")
     ap.add_argument("--json", action="store_true")

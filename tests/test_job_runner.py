@@ -169,6 +169,10 @@ def test_a_rank_waits_for_rank_0s_store_to_listen_before_torch_connects(tmp_path
         t0 = time.monotonic()
         run._wait_for_master("127.0.0.1", port)  # nothing listens: it gives up
         assert time.monotonic() - t0 < 5
+        run.MASTER_WAIT_S = 60
+        t0 = time.monotonic()
+        run._wait_for_master("no-such-host.invalid", port)  # no such name: torch's connect says so
+        assert time.monotonic() - t0 < 30
     finally:
         run.MASTER_WAIT_S = old
 

@@ -273,6 +273,8 @@ def _wait_for_master(host: str, port: int) -> None:
         try:
             socket.create_connection((host, port), timeout=1.0).close()
             return
+        except socket.gaierror:  # a name that does not resolve: torch says so
+            return
         except OSError:
             time.sleep(MASTER_POLL_S)
 

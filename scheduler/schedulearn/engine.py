@@ -591,9 +591,13 @@ class Engine:
         """A job ended: what it needed (seconds on one GPU, where its reports told) and what it
         measured go into the history that estimates of later jobs learn from."""
         if job.state is JobState.succeeded and estimates.REPORTS_KEY in job.extra:
-            work = estimates.estimate(job, now).total_s1()
+            est = estimates.estimate(job, now)
+            work = est.total_s1()
             if work is not None:
                 job.extra["work_s1"] = round(work, 3)
+            k = est.work_per_progress() if est.kind == "reported" else None  # per unit of progress
+            if k is not None and est.progress is not None and est.progress >= 0.5:
+                job.extra["work_k"] = round(k, 3)
         self.history.add(job)
 
     # -- bookkeeping ---------------------------------------------------------------------------

@@ -2,6 +2,12 @@
 finish it in time, and the status users see — from the same report-fed estimates `--gpus auto`
 uses (`estimates.job`, `estimates.predict`), never from ground truth.
 
+Where finished jobs of the job's family (`estimates.predict.family`) reported their progress and
+gradient statistics, the time left follows their run (`path_times`): the work each stretch of
+progress cost them (goodput-seconds per unit of progress, the same for every run of one training
+recipe) at the goodput the family's gradient statistics of that stretch give on n GPUs — a young
+job's own statistics understate how well its later epochs use a large batch. Otherwise:
+
 Time left on n GPUs (packed) = the work left in seconds on one GPU over the job's speed-up S(n)
 (`Estimate.curve`, the goodput policy's own). The work left is (1 - progress) x the job's total
 work, which two sources tell: its own progress rate (`Estimate.total_s1`: the spans between its
@@ -19,9 +25,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ..model import Job, JobState
 from ..placement import placement_shape
 from .job import Estimate, estimate
+from .reports import PATH_BINS, path_bin
 
 #: seconds a (re)start costs before a job makes progress, where nothing says otherwise
 RESTART_S = 30.0
@@ -64,11 +73,15 @@ def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
 def times_left(job: Job, est: Estimate, top: int, per_node: int, now: float,
                predicted: float | None = None, hopeful: bool = False) -> list[float] | None:
     """Seconds `job` still needs on n = 0..top packed GPUs (index 0: infinite); None when nothing
-    tells. By default at the *expected* speed-up (`expected_curve`); `hopeful`: at the speed-up of
-    throughput, which the later epochs of a job that adapts its batch size approach (its
+    tells. Where finished jobs of its family reported their run, along that run (`path_times`,
+    hopeful or not). Else by default at the *expected* speed-up (`expected_curve`); `hopeful`: at
+    the speed-up of throughput, which the later epochs of a job that adapts its batch size approach (its
     statistical efficiency at large batches grows as it trains)."""
     if est.kind == "oracle":  # the simulator's ground truth (`--estimates oracle`): exact
         return est.times(top, per_node)
+    by_path = path_times(job, est, top, per_node, now)  # (it knows how the later epochs go)
+    if by_path is not None:
+        return by_path
     left = work_left_s1(job, est, now, predicted)
     if left is None:
         return None
@@ -150,3 +163,38 @@ def summary(job: Job, now: float, history: Any, capacity: int, per_node: int,
     predicted = history.predict(job) if history is not None else None
     times, hope = (times_left(job, est, top, per_node, now, predicted, h) for h in (False, True))
     return status(job, times, now, hope, restart_s)
+
+
+def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> list[float] | None:
+    """Seconds `job` still needs on n = 0..top packed GPUs along its family's run: the work left
+    (1 - progress) x the work per unit of progress (the family's finished jobs', blended with the
+    job's own as its progress reaches `TRUST_PROGRESS`), each stretch of it at the goodput the
+    family's gradient statistics of that stretch give (the job's own for the stretch it is in).
+    None where the family has no finished job that reported them."""
+    prior = est.prior
+    if prior is None or not prior.grad_path or not prior.work_path or est.perf is None or top < 1:
+        return None
+    p = est.progress or 0.0
+    last = est.st.get("last")
+    if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
+        k = _nearest(prior.work_path, path_bin(p))
+        p = min(p + (now - last[0]) * est.goodput(placement_shape(job.alloc)) / k, 1.0)
+    cache = est.__dict__.setdefault("_path_goodputs", {})
+    total = np.zeros(top)
+    here = path_bin(p)
+    for b in range(here, PATH_BINS):
+        frac = (b + 1) / PATH_BINS - max(b / PATH_BINS, p)
+        if frac <= 0:
+            continue
+        own_now = b == here and est.grad is not None
+        key = (top, per_node, "own" if own_now else b)
+        g = cache.get(key)
+        if g is None:
+            grad = est.grad if own_now else _nearest(prior.grad_path, b)
+            g = cache[key] = est.goodputs(top, per_node, grad)
+        total += frac * _nearest(prior.work_path, b) / np.where(g > 0, g, np.nan)
+    return [math.inf] + [x if math.isfinite(x) else math.inf for x in total.tolist()]
+
+
+def _nearest(path: dict[int, tuple[float, float]], b: int) -> tuple[float, float]:
+    return path[min(path, key=lambda x: (abs(x - b), x))]

@@ -38,6 +38,8 @@ BATCH_CANDIDATES = 50
 EXPLORE = 2.0
 #: seconds after which a throughput model is refitted to what changed since
 REFIT_AFTER = 600.0
+#: correct the fitted step time by what was measured on the same (nodes, GPUs)
+CORRECT = True
 #: work left assumed when nothing predicts it (on top of the attained service), seconds on 1 GPU
 UNKNOWN_WORK_S = 3600.0
 
@@ -77,16 +79,19 @@ class Estimate:
         spec = job.spec
         self.perf = perf
         self.st = st
-        self.adaptive = bool(spec.adaptive_batch) and perf is not None and "grad" in st
+        path = prior is not None and bool(prior.grad_path)  # the family's statistics stand in
+        self.adaptive = bool(spec.adaptive_batch) and perf is not None and ("grad" in st or path)
         self.batch = job.batch_size or st.get("batch_size") or spec.batch_size
-        self.b0 = st.get("init_batch_size") or spec.batch_size or self.batch or 1
-        self.bmax = max(st.get("max_batch_size") or self.batch or self.b0, self.b0)
-        self.lmax = st.get("max_local_bsz") or self.bmax
+        bounds = {**(prior.bounds if prior is not None else {}), **st}  # its own first
+        self.b0 = bounds.get("init_batch_size") or spec.batch_size or self.batch or 1
+        self.bmax = max(bounds.get("max_batch_size") or self.batch or self.b0, self.b0)
+        self.lmax = bounds.get("max_local_bsz") or self.bmax
         self.grad = st.get("grad")
         seen = max(st.get("max_gpus", 0), prior.max_gpus if prior is not None else 0)
         self.measured = seen
         self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))
         self.progress: float | None = st.get("progress")
+        self.prior = prior
         self.key: Any = st.get("version", 0)
         self._goodput: dict[tuple, float] = {}
         self._k: tuple[float | None] | None = None
@@ -101,9 +106,32 @@ class Estimate:
             return np.broadcast_to(r * 1.0, np.broadcast(r, b).shape).copy()
         m, a = configure(r, b, self.lmax, self.b0)
         t = self.perf.step_time(nodes[:, None], r, m, a)
+        if CORRECT:
+            fix = self.corrections()
+            if fix:
+                pairs = zip(nodes.tolist(), gpus.tolist(), strict=True)
+                t = t * np.array([fix.get((int(k), int(g)), 1.0) for k, g in pairs])[:, None]
         gain = 1.0 if self.grad is None else efficiency_gain(self.grad[0], self.grad[1], b, self.b0)
         eff_b = self.b0 if self.grad is not None else b
         return eff_b * gain / t
+
+    def corrections(self) -> dict[tuple[int, int], float]:
+        """Per (nodes, GPUs) pair that the job or its family ran on: measured over fitted step
+        time (geometric mean over its configurations). The fitted model is smooth; a real
+        placement's step time is not (a second node, a full node), and where it was measured the
+        measurement wins."""
+        fix = self.__dict__.get("_fix")
+        if fix is None:
+            cfgs = dict(self.prior.configs) if self.prior is not None and self.prior.configs else {}
+            cfgs.update(self.st.get("configs") or {})
+            logs: dict[tuple[int, int], list[float]] = {}
+            for key, (_, step, _) in cfgs.items():
+                k, r, m, a = (int(x) for x in key.split(","))
+                fitted = float(self.perf.step_time(k, r, m, a))
+                if step and fitted > 0:
+                    logs.setdefault((k, r), []).append(math.log(step / fitted))
+            fix = self._fix = {kr: math.exp(sum(v) / len(v)) for kr, v in logs.items()}
+        return fix
 
     def candidates(self, r: int) -> np.ndarray:
         lo = max(self.b0, r)
@@ -126,7 +154,8 @@ class Estimate:
         """Samples per second on `shape` at global batch `batch` (the fitted step time)."""
         r = float(sum(shape))
         m, a = configure(r, float(batch), self.lmax, self.b0)
-        return batch / float(self.perf.step_time(len(shape), r, m, a))
+        fix = self.corrections().get((len(shape), int(r)), 1.0) if CORRECT else 1.0
+        return batch / (float(self.perf.step_time(len(shape), r, m, a)) * fix)
 
     def best_batch(self, shape: tuple[int, ...]) -> int | None:
         """The batch size with the most goodput on `shape` (the current one for a fixed-batch job)."""
@@ -158,6 +187,21 @@ class Estimate:
         else:
             g = self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]
         return [0.0] + (g / g[0]).tolist()
+
+    def goodputs(self, top: int, per_node: int, grad: tuple[float, float] | None) -> np.ndarray:
+        """Goodput on n = 1..top packed GPUs (at the best batch size for an adaptive job), with
+        the gradient statistics `grad` in place of the job's latest."""
+        own, self.grad = self.grad, grad
+        try:
+            n = np.arange(1, top + 1)
+            nodes = -(-n // per_node)
+            if self.adaptive:
+                cands = np.unique(np.round(np.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
+                g = self.goodput_matrix(nodes, n, cands)
+                return np.where(cands[None, :] >= n[:, None], g, 0.0).max(axis=1)
+            return self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]
+        finally:
+            self.grad = own
 
     # -- work left -----------------------------------------------------------------------------
     def work_per_progress(self) -> float | None:

@@ -135,16 +135,26 @@ def family(job: Job) -> tuple:
 
 class Prior:
     """What the finished jobs of a family measured: step times per configuration (nodes, GPUs,
-    micro-batch, accumulation) as in `reports.state(job)["configs"]`, and the most GPUs seen."""
+    micro-batch, accumulation) as in `reports.state(job)["configs"]`, the most GPUs seen, and —
+    for jobs that succeeded having reported progress and gradient statistics — along their run, per
+    stretch of progress (`reports.PATH_BINS`), the work one unit of progress cost them
+    (`work_path`, goodput-seconds: the same for every run of one training recipe) and their
+    gradient statistics (`grad_path`, the mean; the gradient noise grows as the loss falls, so a
+    young job's statistics understate how well its later epochs use large batches)."""
 
-    __slots__ = ("configs", "max_gpus", "version")
+    __slots__ = ("configs", "max_gpus", "version", "grad_path", "_paths", "bounds", "_work", "work_path")
 
     def __init__(self) -> None:
         self.configs: dict[str, list] = {}
         self.max_gpus = 0
         self.version = 0
+        self.grad_path: dict[int, tuple[float, float]] = {}
+        self._paths: dict[int, list[float]] = {}  # stretch -> [sum sqr, sum var, count]
+        self.bounds: dict[str, int] = {}  # the batch sizes the family accepts (as reported)
+        self._work: dict[int, list[float]] = {}  # stretch -> [goodput-seconds, progress]
+        self.work_path: dict[int, float] = {}  # stretch -> goodput-seconds per unit of progress
 
-    def add(self, state: dict) -> None:
+    def add(self, state: dict, work_per_progress: float | None = None) -> None:
         for key, (n, step, comp) in (state.get("configs") or {}).items():
             old = self.configs.get(key)
             if old is None:
@@ -156,6 +166,21 @@ class Prior:
                 old[2] = comp if old[2] is None else (old[2] * old[0] + comp * n) / total
             old[0] = total
         self.max_gpus = max(self.max_gpus, state.get("max_gpus", 0))
+        for key in ("init_batch_size", "max_batch_size", "max_local_bsz"):
+            if state.get(key):
+                self.bounds[key] = state[key]
+        if work_per_progress is not None and work_per_progress > 0 and math.isfinite(work_per_progress):
+            for key, (sqr, var) in (state.get("grad_path") or {}).items():
+                acc = self._paths.setdefault(int(key), [0.0, 0.0, 0])
+                acc[0] += sqr
+                acc[1] += var
+                acc[2] += 1
+            self.grad_path = {b: (a[0] / a[2], a[1] / a[2]) for b, a in self._paths.items()}
+            for key, (work, done) in (state.get("path_work") or {}).items():
+                acc = self._work.setdefault(int(key), [0.0, 0.0])
+                acc[0] += work
+                acc[1] += done
+            self.work_path = {b: a[0] / a[1] for b, a in self._work.items() if a[1] > 1e-6}
         self.version += 1
 
 
@@ -175,7 +200,8 @@ class History:
         """A job ended: learn from it (its run time only if it succeeded)."""
         state = job.extra.get("reports")
         if state and state.get("configs"):
-            self.priors.setdefault(family(job), Prior()).add(state)
+            work = job.extra.get("work_k") if job.state is JobState.succeeded else None
+            self.priors.setdefault(family(job), Prior()).add(state, work)
         if job.state is JobState.succeeded:
             self._new.append(job)
             self.count += 1

@@ -46,6 +46,8 @@ REPORTS_KEY = "reports"
 SMOOTHING = 0.3
 #: how much the spans measured before a new one still count (recent rates matter most)
 SPAN_DECAY = 0.9
+#: the gradient statistics are kept per this many equal stretches of progress (`grad_path`)
+PATH_BINS = 20
 _KEEP_CONFIGS = 64
 
 
@@ -128,12 +130,15 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
             del cfgs[min(cfgs, key=lambda x: cfgs[x][0])]
         st["max_gpus"] = max(st.get("max_gpus", 0), r)
     sqr, var = _num(rec, "grad_sqr"), _num(rec, "grad_var")
+    p = progress_of(rec, epochs)
+    last = st.get("last")
     if sqr is not None and var is not None and sqr + var > 0:
         st["grad"] = [sqr, var]  # the job smooths its own statistics; they change as it trains
-    p = progress_of(rec, epochs)
+        if p is not None:  # and where in its run it measured them (what later jobs learn from):
+            where = (p + last[1]) / 2 if last is not None and last[1] <= p else p  # since the last
+            st.setdefault("grad_path", {})[str(path_bin(where))] = [sqr, var]
     if p is None:
         return
-    last = st.get("last")
     if last is not None and last[2] == run and last[3][:2] == [k, r] and t > last[0] and p >= last[1]:
         spans = st.setdefault("spans", {})
         for v in spans.values():
@@ -152,8 +157,17 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
         if span[3] is not None:
             span[3] += dt * efficiency(st, last[3][2] or b)
         spans[sk] = span
+        if step and b:  # the work this stretch of the run cost (goodput-seconds, as measured)
+            stretch = st.setdefault("path_work", {}).setdefault(str(path_bin((p + last[1]) / 2)), [0.0, 0.0])
+            stretch[0] += dt * efficiency(st, b) * b / step
+            stretch[1] += p - last[1]
     st["last"] = [t, p, run, [k, r, b]]
     st["progress"] = p
+
+
+def path_bin(progress: float) -> int:
+    """The stretch of a run (0..PATH_BINS-1) that `progress` (0..1) lies in."""
+    return min(max(int(progress * PATH_BINS), 0), PATH_BINS - 1)
 
 
 def efficiency(st: dict[str, Any], batch: int | None) -> float:

@@ -8,7 +8,11 @@ value among all admitted jobs, deadline jobs included):
 2. Jobs with a deadline, earliest deadline first, get the fewest GPUs on which their estimate
    (`estimates.deadline`: the same report-fed estimates as `--gpus auto`) finishes them with
    `slack` of the time left to spare, a restart counted for a new size; one on track where it
-   runs keeps its size (no restart). With no estimate yet: what its user asked for. Sizes stay
+   runs keeps its size (no restart). With no estimate yet: what its user asked for. Admission
+   is Moore-Hodgson's rule for the fewest late jobs, in GPU-seconds: while the GPU-seconds the
+   jobs due by a deadline need exceed the GPUs' seconds until then, the costliest of them is left
+   to best effort for good (one imagenet-sized job gives way to the ten short ones it would make
+   late). Sizes stay
    within what the estimate trusts: twice the GPUs it was measured on (its progress on the GPUs
    it has counts). A job that no size can finish in
    time gets nothing here: its status says `will_miss` (an event the widget and sidebar show)
@@ -32,30 +36,47 @@ class QoE(Goodput):
                    "finish in time; best-effort jobs share the rest by goodput.")
     slack = 0.2  # plan to finish this share of the time left before the deadline
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._dropped: set[int] = set()  # deadline jobs left to best effort to save the others
+
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
-        left = ctx.capacity
+        now, left = ctx.now, ctx.capacity
         for job in order:  # 1. the starving (and those admitted so), who keep the front
-            if not (job.id in self._boost or self.starving(job, ctx.now)):
+            if not (job.id in self._boost or self.starving(job, now)):
                 break
             if job.spec.min_size <= left:
-                self.give(job, job.spec.min_size, size, ctx.now)
+                self.give(job, job.spec.min_size, size, now)
                 left -= job.spec.min_size
-        timed = sorted((j for j in order if j.spec.deadline is not None and j not in size),
-                       key=lambda j: (j.spec.deadline, j.id))
-        for job in timed:  # 2. deadlines, earliest first
-            n = self.needs(job, ctx, per_node)
-            if n and n > left:  # not all it needs: at least it keeps what it has
+        self._dropped &= {j.id for j in order}
+        timed = sorted((j for j in order if j.spec.deadline is not None and j not in size
+                        and j.id not in self._dropped), key=lambda j: (j.spec.deadline, j.id))
+        plan: list[tuple[Job, int, float]] = []  # (job, GPUs, GPU-seconds it needs)
+        demand = 0.0
+        for job in timed:  # 2. deadlines, earliest first, while what they need fits before each
+            n, secs = self.needs(job, ctx, per_node)
+            if n:
+                plan.append((job, n, n * min(secs, job.spec.deadline - now)))
+                demand += plan[-1][2]
+            while plan and demand > left * (job.spec.deadline - now):  # Moore-Hodgson: the
+                costliest = max(plan, key=lambda p: p[2])  # costliest gives way to the others
+                plan.remove(costliest)
+                demand -= costliest[2]
+                self._dropped.add(costliest[0].id)
+        for job, n, _ in plan:
+            if n > left:  # not all it needs: at least it keeps what it has
                 n = job.size if job.size <= left else 0
             if n:
-                self.give(job, n, size, ctx.now)
+                self.give(job, n, size, now)
                 left -= n
         return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
 
-    def needs(self, job: Job, ctx: RoundContext, per_node: int) -> int:
-        """GPUs `job` needs now to make its deadline (0: no size can, or it has passed)."""
+    def needs(self, job: Job, ctx: RoundContext, per_node: int) -> tuple[int, float]:
+        """GPUs `job` needs now to make its deadline (0: no size can, or it has passed), and the
+        seconds it then still runs."""
         now, deadline, restart = ctx.now, job.spec.deadline, pauses.price(job, self.restart_cost)
         if now >= deadline:
-            return 0
+            return 0, 0.0
         est = estimate(job, now, ctx.history)
         top = job.spec.max_size(ctx.capacity)
         trust = None if est.max_gpus is None else max(est.max_gpus, 2 * job.size)  # (its progress
@@ -64,13 +85,18 @@ class QoE(Goodput):
         # at today's speed-up, and at the one its later epochs approach (throughput)
         today, hope = (times_left(job, est, top, per_node, now, ctx.predict(job), h) for h in (False, True))
         if today is None or hope is None:  # nothing known yet: what the user asked for
-            return min(job.spec.requested, cap)
-        if job.size and (now + today[job.size] <= deadline or now + hope[job.size] + margin <= deadline):
-            return job.size  # on track where it runs: no restart
+            return min(job.spec.requested, cap), deadline - now
+        if job.size and now + today[job.size] <= deadline:
+            return job.size, today[job.size]  # on track where it runs: no restart
+        if job.size and now + hope[job.size] + margin <= deadline:
+            return job.size, hope[job.size]
         for times in (today, hope):
             n = needed_gpus(job, times, now, restart, margin) or needed_gpus(job, times, now, restart)
             if n:
-                return min(max(n, job.size), cap)
+                n = min(max(n, job.size), cap)
+                return n, times[n]
         # No size makes it by the estimate. Until the job measured its own progress (the work is
         # then the guess of similar jobs), it gets what its user asked for; after, nothing.
-        return min(job.spec.requested, cap) if est.progress is None else 0
+        if est.progress is None:
+            return min(job.spec.requested, cap), deadline - now
+        return 0, 0.0

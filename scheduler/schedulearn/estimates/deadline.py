@@ -179,7 +179,7 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
     if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
         k = _nearest(prior.work_path, path_bin(p))
         p = min(p + (now - last[0]) * est.goodput(placement_shape(job.alloc)) / k, 1.0)
-    cache = est.__dict__.setdefault("_path_goodputs", {})
+    cache = est.path_goodputs
     total = np.zeros(top)
     here = path_bin(p)
     for b in range(here, PATH_BINS):
@@ -196,5 +196,6 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
     return [math.inf] + [x if math.isfinite(x) else math.inf for x in total.tolist()]
 
 
-def _nearest(path: dict[int, tuple[float, float]], b: int) -> tuple[float, float]:
+def _nearest(path: dict[int, Any], b: int) -> Any:
+    """The entry of `path` for stretch b, else the nearest stretch's (the earlier on a tie)."""
     return path[min(path, key=lambda x: (abs(x - b), x))]

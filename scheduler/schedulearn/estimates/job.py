@@ -38,8 +38,6 @@ BATCH_CANDIDATES = 50
 EXPLORE = 2.0
 #: seconds after which a throughput model is refitted to what changed since
 REFIT_AFTER = 600.0
-#: correct the fitted step time by what was measured on the same (nodes, GPUs)
-CORRECT = True
 #: work left assumed when nothing predicts it (on top of the attained service), seconds on 1 GPU
 UNKNOWN_WORK_S = 3600.0
 
@@ -95,6 +93,8 @@ class Estimate:
         self.key: Any = st.get("version", 0)
         self._goodput: dict[tuple, float] = {}
         self._k: tuple[float | None] | None = None
+        self._fix: dict[tuple[int, int], float] | None = None  # `corrections`
+        self.path_goodputs: dict[tuple, np.ndarray] = {}  # `deadline.path_times`' cache
 
     # -- goodput -------------------------------------------------------------------------------
     def goodput_matrix(self, nodes: np.ndarray, gpus: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -106,11 +106,10 @@ class Estimate:
             return np.broadcast_to(r * 1.0, np.broadcast(r, b).shape).copy()
         m, a = configure(r, b, self.lmax, self.b0)
         t = self.perf.step_time(nodes[:, None], r, m, a)
-        if CORRECT:
-            fix = self.corrections()
-            if fix:
-                pairs = zip(nodes.tolist(), gpus.tolist(), strict=True)
-                t = t * np.array([fix.get((int(k), int(g)), 1.0) for k, g in pairs])[:, None]
+        fix = self.corrections()
+        if fix:
+            pairs = zip(nodes.tolist(), gpus.tolist(), strict=True)
+            t = t * np.array([fix.get((int(k), int(g)), 1.0) for k, g in pairs])[:, None]
         gain = 1.0 if self.grad is None else efficiency_gain(self.grad[0], self.grad[1], b, self.b0)
         eff_b = self.b0 if self.grad is not None else b
         return eff_b * gain / t
@@ -120,7 +119,7 @@ class Estimate:
         time (geometric mean over its configurations). The fitted model is smooth; a real
         placement's step time is not (a second node, a full node), and where it was measured the
         measurement wins."""
-        fix = self.__dict__.get("_fix")
+        fix = self._fix
         if fix is None:
             cfgs = dict(self.prior.configs) if self.prior is not None and self.prior.configs else {}
             cfgs.update(self.st.get("configs") or {})
@@ -154,7 +153,7 @@ class Estimate:
         """Samples per second on `shape` at global batch `batch` (the fitted step time)."""
         r = float(sum(shape))
         m, a = configure(r, float(batch), self.lmax, self.b0)
-        fix = self.corrections().get((len(shape), int(r)), 1.0) if CORRECT else 1.0
+        fix = self.corrections().get((len(shape), int(r)), 1.0)
         return batch / (float(self.perf.step_time(len(shape), r, m, a)) * fix)
 
     def best_batch(self, shape: tuple[int, ...]) -> int | None:
@@ -172,20 +171,7 @@ class Estimate:
         job's later epochs, whose gradients tolerate larger batches, come close to."""
         if top < 1:
             return [0.0]
-        if not efficiency and self.grad is not None:
-            grad, self.grad = self.grad, None
-            try:
-                return self.curve(top, per_node)
-            finally:
-                self.grad = grad
-        n = np.arange(1, top + 1)
-        nodes = -(-n // per_node)
-        if self.adaptive:
-            cands = np.unique(np.round(np.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
-            g = self.goodput_matrix(nodes, n, cands)
-            g = np.where(cands[None, :] >= n[:, None], g, 0.0).max(axis=1)
-        else:
-            g = self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]
+        g = self.goodputs(top, per_node, self.grad if efficiency else None)
         return [0.0] + (g / g[0]).tolist()
 
     def goodputs(self, top: int, per_node: int, grad: tuple[float, float] | None) -> np.ndarray:

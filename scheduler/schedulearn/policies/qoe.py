@@ -18,6 +18,11 @@ value among all admitted jobs, deadline jobs included):
    time gets nothing here: its status says `will_miss` (an event the widget and sidebar show)
    and, like the jobs without a deadline, it is best effort from then on.
 3. Everyone else gets their minimum, in the `goodput` order.
+Beside best-effort jobs (no deadline), deadlines do not take everything: `be_share` (a quarter)
+of the GPUs is kept for the best-effort jobs' minimums; a deadline is not planned on more GPUs
+than a job has and asked for if it would use them at under `least_efficiency` (half) of a linear
+speed-up (the best-effort jobs would make more of them; such a job runs best effort); and a
+planned deadline job gets what it needs and no more, the sizing sharing the rest among the others.
 """
 
 from __future__ import annotations
@@ -36,9 +41,13 @@ class QoE(Goodput):
                    "finish in time; best-effort jobs share the rest by goodput.")
     slack = 0.2  # plan to finish this share of the time left before the deadline
 
+    be_share = 0.25  # with best-effort jobs: the share of the GPUs kept for their minimums
+    least_efficiency = 0.5  # with best-effort jobs: no deadline planned below this S(n)/n
+
     def __init__(self) -> None:
         super().__init__()
         self._dropped: set[int] = set()  # deadline jobs left to best effort to save the others
+        self._planned: dict[int, int] = {}  # with best-effort jobs: the GPUs planned, and no more
 
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
         now, left = ctx.now, ctx.capacity
@@ -49,27 +58,64 @@ class QoE(Goodput):
                 self.give(job, job.spec.min_size, size, now)
                 left -= job.spec.min_size
         self._dropped &= {j.id for j in order}
+        self._planned = {}
+        beside = any(j.spec.deadline is None for j in order)  # best-effort jobs
+        kept = self.kept(ctx, [j for j in order if j not in size and (
+            j.spec.deadline is None or j.id in self._dropped)]) if beside else 0
         timed = sorted((j for j in order if j.spec.deadline is not None and j not in size
                         and j.id not in self._dropped), key=lambda j: (j.spec.deadline, j.id))
         plan: list[tuple[Job, int, float]] = []  # (job, GPUs, GPU-seconds it needs)
-        demand = 0.0
+        demand, share = 0.0, left - kept
         for job in timed:  # 2. deadlines, earliest first, while what they need fits before each
             n, secs = self.needs(job, ctx, per_node)
+            if n and beside and not self.efficient(job, ctx, n, per_node):
+                n = 0  # best-effort jobs would use those GPUs better
             if n:
                 plan.append((job, n, n * min(secs, job.spec.deadline - now)))
                 demand += plan[-1][2]
-            while plan and demand > left * (job.spec.deadline - now):  # Moore-Hodgson: the
+            while plan and demand > share * (job.spec.deadline - now):  # Moore-Hodgson: the
                 costliest = max(plan, key=lambda p: p[2])  # costliest gives way to the others
                 plan.remove(costliest)
                 demand -= costliest[2]
                 self._dropped.add(costliest[0].id)
         for job, n, _ in plan:
-            if n > left:  # not all it needs: at least it keeps what it has
-                n = job.size if job.size <= left else 0
+            if n > share:  # not all it needs: at least it keeps what it has
+                n = job.size if job.size <= share else 0
             if n:
                 self.give(job, n, size, now)
-                left -= n
+                share -= n
+                if beside:
+                    self._planned[job.id] = n
         return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
+
+    def kept(self, ctx: RoundContext, best_effort: list[Job]) -> int:
+        """GPUs kept from the deadline stage for the minimums of `best_effort` (in order), at
+        most `be_share` of the cluster."""
+        kept = 0
+        for job in best_effort:
+            if kept + job.spec.min_size > self.be_share * ctx.capacity:
+                break
+            kept += job.spec.min_size
+        return kept
+
+    def efficient(self, job: Job, ctx: RoundContext, n: int, per_node: int) -> bool:
+        """Whether `job` would use n GPUs (more than it has and asked for) at `least_efficiency`
+        of a linear speed-up or better; one that would not, once it reported progress, is left
+        to best effort for good."""
+        if n <= max(job.size, job.spec.requested):
+            return True
+        est = estimate(job, ctx.now, ctx.history)
+        if est.curve(n, per_node)[n] >= self.least_efficiency * n:
+            return True
+        if est.progress is not None:
+            self._dropped.add(job.id)
+        return False
+
+    def values(self, job: Job, ctx: RoundContext, per_node: int, rank: int) -> list[float]:
+        """Goodput's, but a deadline job planned beside best-effort jobs grows no further."""
+        v = super().values(job, ctx, per_node, rank)
+        n = self._planned.get(job.id)
+        return v[: n + 1] if n else v
 
     def needs(self, job: Job, ctx: RoundContext, per_node: int) -> tuple[int, float]:
         """GPUs `job` needs now to make its deadline (0: no size can, or it has passed), and the

@@ -1,0 +1,75 @@
+"""The `qoe` policy beside best-effort jobs (no deadline): deadlines are planned for without
+taking everything — a quarter of the GPUs is kept for the best-effort jobs' minimums, a planned
+deadline job gets what it needs and no more, and no deadline is planned on GPUs a job would use
+at under half of a linear speed-up. On the real engine and simulator; estimates from reports."""
+
+from __future__ import annotations
+
+from schedulearn.estimates import ingest
+from schedulearn.model import Job, JobSpec, parse_cluster
+from schedulearn.policies.base import RoundContext
+from schedulearn.policies.qoe import QoE
+from schedulearn.sim.simulate import simulate
+from schedulearn.sim.traces import TraceJob
+
+
+def _elastic(name: str, gpus: int, duration: float, deadline: float | None = None, at: float = 0.0,
+             most: int = 8) -> TraceJob:
+    """A job with a linear speed-up that reports its progress: `duration` s on `gpus` GPUs."""
+    spec = JobSpec(name=name, gpus=gpus, min_gpus=1, max_gpus=most, duration=duration,
+                   deadline=None if deadline is None else at + deadline)
+    return TraceJob(at, spec, name)
+
+
+def _run(trace, policy):
+    r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10, record=True)
+    return {j.spec.name: j for j in r.jobs}, r
+
+
+def _cifar10(name: str, deadline: float | None = None) -> TraceJob:
+    """A cifar10 run (Pollux's profile; adapts its batch size) on 2 GPUs, submitted at 0."""
+    spec = JobSpec(name=name, gpus=2, min_gpus=1, max_gpus=16, application="cifar10", batch_size=2048,
+                   adaptive_batch=True, deadline=deadline)
+    return TraceJob(0.0, spec, name)
+
+
+def test_a_planned_deadline_job_gets_what_it_needs_and_the_best_effort_job_the_rest():
+    """Two cifar10 runs on 2x4 GPUs: `report`, due in 3,000 s, makes it on the 2 GPUs it asked
+    for; `sweep` has no deadline. `goodput` shares the GPUs between them by speed-up; `qoe`
+    keeps `report` at what it needs and gives `sweep` the rest: `sweep` ends sooner than under
+    `goodput` (under the previous `qoe`, which let `report` grow too, later), and `report`
+    still makes it."""
+    trace = [_cifar10("report", deadline=3000.0), _cifar10("sweep")]
+    q, g = ({j.spec.name: j for j in simulate(trace, parse_cluster("2x4"), p, interval=60,
+                                                 restart_penalty=30).jobs} for p in ("qoe", "goodput"))
+    assert q["report"].end_time <= q["report"].spec.deadline
+    assert q["sweep"].end_time < 0.95 * g["sweep"].end_time, (q["sweep"].end_time, g["sweep"].end_time)
+    assert all(j.state.value == "succeeded" for j in (*q.values(), *g.values()))
+
+
+def test_deadlines_leave_a_quarter_of_the_gpus_to_best_effort_minimums():
+    """Two deadline jobs that could use all 8 GPUs and a best-effort one submitted with them:
+    the best-effort job starts in the first round (with at least its minimum) instead of
+    waiting for the deadline jobs; both deadlines, loose enough on 6 GPUs, are met."""
+    trace = [_elastic("a", 4, 600, deadline=2400), _elastic("b", 4, 600, deadline=2400),
+             _elastic("notebook", 1, 300)]
+    jobs, r = _run(trace, "qoe")
+    first = min(t for t, jid, alloc in r.history if jid == jobs["notebook"].id and alloc)
+    assert first <= 60.0, first  # the first round
+    assert all(jobs[n].end_time <= jobs[n].spec.deadline for n in ("a", "b"))
+
+
+def test_no_deadline_is_planned_on_gpus_a_job_would_use_at_under_half_their_speed():
+    """A job whose reports show 4 GPUs 3x faster than one and 8 (two nodes) 2x: planning its
+    deadline on 2 or 4 GPUs is fine, on 8 (a quarter of a linear speed-up) is not, and the job,
+    having reported progress, is left to best effort for good."""
+    job = Job(id=1, spec=JobSpec(command=["x"], gpus=1, max_gpus=16, batch_size=256, deadline=5000.0),
+              submit_time=0.0)
+    ingest(job, [{"t": 1, "num_gpus": 1, "batch_size": 256, "step_time": 1.0, "progress": 0.01},
+                 {"t": 2, "num_gpus": 4, "batch_size": 256, "step_time": 1 / 3, "progress": 0.02},
+                 {"t": 3, "num_gpus": 8, "num_nodes": 2, "batch_size": 256, "step_time": 0.5,
+                  "progress": 0.03}])
+    policy, ctx = QoE(), RoundContext(10.0, [], [], {}, {}, {}, 8)
+    assert policy.efficient(job, ctx, 4, 4) and job.id not in policy._dropped
+    assert not policy.efficient(job, ctx, 8, 4)
+    assert job.id in policy._dropped

@@ -5,6 +5,7 @@ at under half of a linear speed-up. On the real engine and simulator; estimates 
 
 from __future__ import annotations
 
+import pytest
 from schedulearn.estimates import ingest
 from schedulearn.model import Job, JobSpec, parse_cluster
 from schedulearn.policies.base import RoundContext
@@ -73,3 +74,20 @@ def test_no_deadline_is_planned_on_gpus_a_job_would_use_at_under_half_their_spee
     assert policy.efficient(job, ctx, 4, 4) and job.id not in policy._dropped
     assert not policy.efficient(job, ctx, 8, 4)
     assert job.id in policy._dropped
+
+
+def test_a_job_its_estimate_says_misses_narrowly_keeps_its_fastest_size():
+    """An estimate from a young job's first reports errs by a fifth and more, so `qoe` gives up
+    on a deadline only when the fastest size needs more than 1.5x the time left. Here 3,600
+    GPU-seconds are left (a tenth of 4,000 done in 100 s on 4 GPUs; it asked for 8): 450 s on
+    8 GPUs + a 30 s restart. With 400 s left (1.2x) it gets all 8; with 300 s left (1.6x),
+    nothing."""
+    def needs(left: float) -> tuple[int, float]:
+        job = Job(id=1, spec=JobSpec(command=["x"], gpus=8, min_gpus=1, max_gpus=8, deadline=100.0 + left),
+                  submit_time=0.0)
+        ingest(job, [{"t": 0, "num_gpus": 4, "progress": 0.0}, {"t": 100, "num_gpus": 4, "progress": 0.1}])
+        return QoE().needs(job, RoundContext(100.0, [], [], {}, {}, {}, 8), 4)
+
+    n, secs = needs(400.0)
+    assert n == 8 and secs == pytest.approx(450.0, rel=0.01)
+    assert needs(300.0) == (0, 0.0)

@@ -12,11 +12,12 @@ value among all admitted jobs, deadline jobs included):
    is Moore-Hodgson's rule for the fewest late jobs, in GPU-seconds: while the GPU-seconds the
    jobs due by a deadline need exceed the GPUs' seconds until then, the costliest of them is left
    to best effort for good (one imagenet-sized job gives way to the ten short ones it would make
-   late). Sizes stay
-   within what the estimate trusts: twice the GPUs it was measured on (its progress on the GPUs
-   it has counts). A job that no size can finish in
-   time gets nothing here: its status says `will_miss` (an event the widget and sidebar show)
-   and, like the jobs without a deadline, it is best effort from then on.
+   late). Sizes stay within what the estimate trusts: twice the GPUs it was measured on (its
+   progress on the GPUs it has counts). A job that no size can finish in time (its status
+   says `will_miss`: an event the widget and sidebar show) still gets its fastest size while
+   that needs at most `tolerance` (1.5x) the time left — a young job's estimate errs by a fifth
+   and more; beyond, it gets nothing here and, like the jobs without a deadline, it is best
+   effort from then on.
 3. Everyone else gets their minimum, in the `goodput` order.
 Beside best-effort jobs (no deadline), deadlines do not take everything: `be_share` (a quarter)
 of the GPUs is kept for the best-effort jobs' minimums; a deadline is not planned on more GPUs
@@ -40,6 +41,7 @@ class QoE(Goodput):
     description = ("Deadline-aware: earliest deadline first, each job the GPUs its estimate needs to "
                    "finish in time; best-effort jobs share the rest by goodput.")
     slack = 0.2  # plan to finish this share of the time left before the deadline
+    tolerance = 1.5  # a job is given up once its fastest size needs this many times the time left
 
     be_share = 0.25  # with best-effort jobs: the share of the GPUs kept for their minimums
     least_efficiency = 0.5  # with best-effort jobs: no deadline planned below this S(n)/n
@@ -142,7 +144,11 @@ class QoE(Goodput):
                 n = min(max(n, job.size), cap)
                 return n, times[n]
         # No size makes it by the estimate. Until the job measured its own progress (the work is
-        # then the guess of similar jobs), it gets what its user asked for; after, nothing.
+        # then the guess of similar jobs), it gets what its user asked for; after, its fastest
+        # size while that is within `tolerance` of the time left (a young job's estimate errs by a
+        # fifth and more); else nothing.
         if est.progress is None:
             return min(job.spec.requested, cap), deadline - now
-        return 0, 0.0
+        cost = [hope[n] + (0.0 if n == job.size else restart) for n in range(cap + 1)]
+        n = min(range(job.spec.min_size, cap + 1), key=cost.__getitem__)
+        return (n, hope[n]) if cost[n] <= self.tolerance * (deadline - now) else (0, 0.0)

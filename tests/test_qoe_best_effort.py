@@ -13,13 +13,7 @@ from schedulearn.policies.qoe import QoE
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 
-
-def _elastic(name: str, gpus: int, duration: float, deadline: float | None = None, at: float = 0.0,
-             most: int = 8) -> TraceJob:
-    """A job with a linear speed-up that reports its progress: `duration` s on `gpus` GPUs."""
-    spec = JobSpec(name=name, gpus=gpus, min_gpus=1, max_gpus=most, duration=duration,
-                   deadline=None if deadline is None else at + deadline)
-    return TraceJob(at, spec, name)
+from tests.test_deadlines import _elastic
 
 
 def _run(trace, policy):
@@ -52,8 +46,8 @@ def test_deadlines_leave_a_quarter_of_the_gpus_to_best_effort_minimums():
     """Two deadline jobs that could use all 8 GPUs and a best-effort one submitted with them:
     the best-effort job starts in the first round (with at least its minimum) instead of
     waiting for the deadline jobs; both deadlines, loose enough on 6 GPUs, are met."""
-    trace = [_elastic("a", 4, 600, deadline=2400), _elastic("b", 4, 600, deadline=2400),
-             _elastic("notebook", 1, 300)]
+    trace = [_elastic("a", 0, 4, 600, 2400), _elastic("b", 0, 4, 600, 2400),
+             _elastic("notebook", 0, 1, 300)]
     jobs, r = _run(trace, "qoe")
     first = min(t for t, jid, alloc in r.history if jid == jobs["notebook"].id and alloc)
     assert first <= 60.0, first  # the first round

@@ -129,6 +129,54 @@ def test_elastic_fifo_engine_round_sizes():
     assert not set(_gpus(e)) & set(_gpus(q))
 
 
+def _scattered_then_grown(executor=None, **spec):
+    """2 hosts of 4. A (3 GPUs, long) fills node0, B (3 GPUs, 10 s) node1; E (auto, 1-4 GPUs)
+    grows into the two GPUs left, one on each host. B ends at t=10 and E grows to 4."""
+    engine = Engine(virtual_cluster(2, 4), "elastic-fifo", executor=executor or SimExecutor(),
+                    clock=lambda: 0.0)
+    engine.submit(JobSpec(name="A", gpus=3, duration=1000), now=0)
+    b = engine.submit(JobSpec(name="B", gpus=3, duration=10), now=0)
+    e = engine.submit(JobSpec(name="E", gpus="auto", min_gpus=1, max_gpus=4, duration=1000, **spec), now=0)
+    engine.round(0)
+    assert e.size == 2 and len(e.alloc) == 2
+    engine.executor.advance(10)
+    assert b.state is JobState.succeeded
+    engine.round(10)
+    return engine, e
+
+
+def test_a_job_resized_by_a_restart_moves_to_the_fewest_hosts():
+    # Kept where it was, E would run on node0:1 + node1:3; it restarts anyway, so it is placed
+    # anew: all 4 on node1.
+    engine, e = _scattered_then_grown()
+    assert e.size == 4 and e.restarts == 1
+    assert e.alloc == {"node1": (0, 1, 2, 3)}
+    assert engine.pool.total == 1 and engine.pool.count("node0") == 1  # its old GPU is free
+
+
+def test_a_job_resized_in_place_keeps_its_hosts():
+    # Its framework adds workers while the others keep running: E keeps node0 and adds node1's.
+    engine, e = _scattered_then_grown(SimExecutor(in_place_penalty=5.0), resize="in-place",
+                                      launcher="horovod")
+    assert e.size == 4 and e.restarts == 0
+    assert len(e.alloc) == 2 and len(e.alloc["node0"]) == 1
+
+
+class _ConfirmingSim(SimExecutor):
+    """A simulated executor that, like the live ones, confirms that an old run is gone
+    (`engine.run_released`) before the GPUs it held return to the pool."""
+    confirms_release = True
+
+
+def test_a_moving_job_holds_the_gpus_it_leaves_until_its_old_run_is_gone():
+    engine, e = _scattered_then_grown(_ConfirmingSim())
+    assert e.alloc == {"node1": (0, 1, 2, 3)}
+    assert e.releasing == {"node0": (3,)}  # the GPU it left: held for the old run, not in the pool
+    assert engine.pool.total == 0
+    engine.run_released(e.id, now=11)
+    assert e.releasing == {} and engine.pool.total == 1
+
+
 def _gpus(job):
     return [(n, i) for n, idx in job.alloc.items() for i in idx]
 

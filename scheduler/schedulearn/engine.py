@@ -461,21 +461,29 @@ class Engine:
             elif policy.blocking:
                 break
         # Release first (preemptions, shrinks, in arrival order), then grow and start in the
-        # policy's order.
+        # policy's order. A job resized by a restart (not in place) moves: it is placed anew
+        # (`_move`), on the fewest hosts, as a starting job is.
         get, size = chosen.get, self._gpus
         losing = [j for j in self.running.values() if get(j, 0) < size[j.id]]
+        moving = [j for j, n in chosen.items() if j.state is not JobState.queued
+                  and n != size.get(j.id, n) and not j.spec.in_place]
         for job in sorted(losing, key=_ID):
             n = get(job, 0)
             if n == 0:
                 self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
                 self._untrack(job)
                 self.executor.stop(job, "preempt", now)
-            else:
+            elif job not in moving:
                 keep = shrink(job.alloc, n)
                 self._resize(job, keep, now, freed=_minus(job.alloc, keep))
+        if not self.executor.confirms_release:  # their GPUs are free now: for all to share
+            for job in moving:
+                self.pool.give(job.alloc)
         for job, n in chosen.items():
             if job.state is JobState.queued:
                 self._start(job, n, now)
+            elif job in moving:
+                self._move(job, n, now)
             elif n > size.get(job.id, n):
                 extra = policy.place(job, n - job.size, self.pool)
                 if extra is not None:
@@ -484,6 +492,31 @@ class Engine:
                     except BaseException:
                         self.pool.give(extra)
                         raise
+
+    def _move(self, job: Job, n: int, now: float) -> None:
+        """`job` restarts on n GPUs, placed anew (`Policy.move`): a restart costs the same wherever
+        it lands, and keeping the hosts a job had piece by piece scatters it. Where the executor
+        confirms that an old run is gone (`confirms_release`), only the job itself may reuse its
+        GPUs: they return to the pool for its own placement alone, and those it leaves are held
+        until its old run exits; elsewhere they are already free (`_full_round`)."""
+        old, hold = job.alloc, self.executor.confirms_release
+        if hold:
+            self.pool.give(old)
+        new = self.policy.move(job, n, self.pool) if n <= self.pool.total else None
+        if new is None:  # (GPUs of stopping jobs not yet free) it stays, on what is still free
+            new = self.pool.still_free(old)
+            self.pool.take(new)
+            if new == old or not new:  # (nothing left of it: its old run, stopped, frees nothing)
+                if not new:
+                    job.set_alloc({}, now)
+                    self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
+                    self._untrack(job)
+                    self.executor.stop(job, "preempt", now)
+                return
+        freed = _minus(old, new)
+        if hold:
+            self.pool.take(freed)  # (`_resize` holds them)
+        self._resize(job, new, now, freed=freed if hold else None)
 
     def _start(self, job: Job, n: int, now: float) -> None:
         alloc = self.policy.place(job, n, self.pool)

@@ -61,6 +61,16 @@ class FreePool:
             self.total += len(free) - before
             self._move(name, before)
 
+    def still_free(self, alloc: Allocation) -> Allocation:
+        """The GPUs of `alloc` that are free."""
+        out = {}
+        for name, idx in alloc.items():
+            free = set(self.free.get(name, ()))
+            kept = tuple(i for i in idx if i in free)
+            if kept:
+                out[name] = kept
+        return out
+
     def count(self, name: str) -> int:
         return len(self.free.get(name, ()))
 

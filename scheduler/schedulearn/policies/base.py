@@ -97,6 +97,11 @@ class Policy:
         preferring the hosts it already runs on."""
         return pool.best_fit(n, prefer=job.alloc.keys())
 
+    def move(self, job: Job, n: int, pool: FreePool) -> Allocation | None:
+        """GPUs for a running job that restarts on a new size (its own GPUs are in `pool`): best
+        fit on the fewest hosts, wherever they are."""
+        return pool.best_fit(n)
+
     def next_change(self, running: list[Job], now: float) -> float:
         """For a time-driven policy: the earliest time at which time alone (no submit, exit or
         other event) may change the decisions of the last round, which ran at `now` and left

@@ -3,8 +3,8 @@ issue 10.4): a launch that fails for any reason fails that job alone and frees i
 read-only and a full job root on a real tmpfs); the store is written before anything acts
 (`starting` before a launch, a stop before the executor stops, the policy before memory); a
 `starting` job found after a restart is adopted or started again, never run twice; the GPUs a
-shrink gives up stay `releasing` until the old run exited; `last_alloc` survives the end of a
-job and a restart."""
+shrink gives up, or a job placed anew leaves, stay `releasing` until the old run exited;
+`last_alloc` survives the end of a job and a restart."""
 
 from __future__ import annotations
 
@@ -320,6 +320,43 @@ def test_shrunk_gpus_are_releasing_until_the_old_run_exited(tmp_path):
 
     asyncio.run(main())
     store.close()
+
+
+def test_a_moving_job_holds_the_gpu_it_leaves_until_its_old_run_exited(tmp_path):
+    """elastic-fifo on 3 GPUs: A (2 GPUs) ends; E (auto, on GPU 2) grows to 2 by a restart and is
+    placed anew, on GPUs 0,1; its old run takes 2 s to exit. Q, queued meanwhile, must not start
+    on GPU 2 before that exit: it starts in the round the release wakes."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT)
+    notes = tmp_path / "notes.jsonl"
+
+    def read():
+        return [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
+
+    def starts(job):
+        return [n for n in read() if n["job"] == str(job.id) and n["what"] == "start"]
+
+    async def main():
+        async with live(tmp_path / "jobs", None, gpus=3, policy="elastic-fifo") as (eng, ex):
+            cmd = [PY, str(script), str(notes)]
+            a = eng.submit({"command": cmd, "gpus": 2, "env": {"RUN_FOR": "3"}})
+            e = eng.submit({"command": cmd, "gpus": "auto", "max_gpus": 2, "env": {"EXIT_DELAY": "2"}})
+            await wait_for(lambda: starts(a) and starts(e), 30, "a and e to run")
+            assert starts(e)[0]["gpus"] == "2"
+            q = eng.submit({"command": cmd, "gpus": 1, "env": {"RUN_FOR": "0.2"}})
+            await wait_for(lambda: e.size == 2, 30, "e to grow when a ends")
+            assert e.alloc == {"node0": (0, 1)} and e.releasing == {"node0": (2,)}
+            assert q.state is JobState.queued and eng.pool.total == 0  # GPU 2: the old run's still
+            await wait_for(lambda: q.state.final, 30, "q to run")
+            assert q.state is JobState.succeeded, q.to_dict()
+            e_exit = min(n["t"] for n in read() if n["job"] == str(e.id) and n["what"] == "exit")
+            assert starts(q)[0]["gpus"] == "2" and starts(q)[0]["t"] > e_exit, read()
+            await wait_for(lambda: len(starts(e)) == 2, 30, "e's new run")
+            assert starts(e)[1]["gpus"] == "0,1"
+            eng.cancel(e.id)
+            await wait_for(lambda: e.state.final, 30, "e to stop")
+
+    asyncio.run(main())
 
 
 # -- 4. last_alloc -----------------------------------------------------------------------------------------

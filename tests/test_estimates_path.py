@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from schedulearn import estimates
 from schedulearn.estimates import PerfParams, estimate, ingest
 from schedulearn.estimates.deadline import path_times
 from schedulearn.estimates.job import efficiency_gain
@@ -133,3 +134,33 @@ def test_qoe_lets_the_costliest_job_give_way_so_more_deadlines_are_met():
         met[policy] = sorted(n for n, j in jobs.items() if j.end_time <= j.spec.deadline)
         assert all(j.state.value == "succeeded" for j in jobs.values())
     assert met["qoe"] == ["small-a", "small-b"] and len(met["edf"]) < 2, met
+
+
+def test_a_job_the_policy_gives_up_on_is_told_it_will_miss():
+    """The same three jobs: `qoe` leaves the big one to best effort in its first round. Its
+    estimate alone does not say it will miss (nothing measured yet: `unknown`), but the policy's
+    decision does: its user reads `will_miss` from then on, with `given_up` naming the policy,
+    long before its deadline; under `edf`, which plans for every deadline, it is never flagged
+    so while it runs."""
+    trace = [_elastic("big", 8, 550, 590), _elastic("small-a", 2, 515, 600, most=2),
+             _elastic("small-b", 2, 515, 600, most=2)]
+    seen: dict[str, list] = {}
+
+    def watch(name):
+        def attach(engine):
+            def listen(e):
+                if e.get("event") == "deadline" and e["job"]["name"] == "big":
+                    job = engine.jobs[e["job"]["id"]]
+                    alone = estimates.deadline_summary(job, engine.clock(), engine.history,
+                                                       engine.total_gpus, engine.per_node)
+                    seen.setdefault(name, []).append((engine.clock(), e["job"]["deadline_status"],
+                                                      e["job"].get("given_up"), alone["deadline_status"]))
+            engine.listeners.append(listen)
+        return attach
+
+    for policy in ("qoe", "edf"):
+        simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10,
+                 actions=[(0, watch(policy))])
+    t, by, alone = next((t, by, alone) for t, status, by, alone in seen["qoe"] if status == "will_miss")
+    assert by == "qoe" and alone != "will_miss" and t <= 60, seen["qoe"]  # (its deadline: 590)
+    assert not any(s == "will_miss" for _, s, _, _ in seen.get("edf", [])), seen.get("edf")

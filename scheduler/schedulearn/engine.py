@@ -359,13 +359,23 @@ class Engine:
             d["deadline"] = job.spec.deadline
         known = estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count)
         if known or job.spec.deadline is not None:
-            d.update(estimates.summary(job, now, self.history, self.total_gpus, self.per_node,
-                                       restart_s=self.restart_price(job)))
+            d.update(self._verdict(job, estimates.summary(
+                job, now, self.history, self.total_gpus, self.per_node, restart_s=self.restart_price(job))))
         return d
 
+    def _verdict(self, job: Job, info: dict[str, Any]) -> dict[str, Any]:
+        """`info` with the policy's word on the deadline: a job it no longer plans for
+        (`Policy.gave_up`: it runs best effort) that is not on track where it runs will miss."""
+        if info.get("deadline_status") in ("at_risk", "unknown") and not job.state.final \
+                and self.policy.gave_up(job):
+            info["deadline_status"] = "will_miss"
+            info["given_up"] = self.policy.name
+        return info
+
     def _deadline_summary(self, job: Job, now: float) -> dict[str, Any]:
-        return estimates.deadline_summary(job, now, self.history, self.total_gpus, self.per_node,
+        info = estimates.deadline_summary(job, now, self.history, self.total_gpus, self.per_node,
                                           restart_s=self.restart_price(job))
+        return self._verdict(job, info)
 
     @property
     def per_node(self) -> int:

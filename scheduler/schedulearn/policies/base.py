@@ -97,6 +97,11 @@ class Policy:
         preferring the hosts it already runs on."""
         return pool.best_fit(n, prefer=job.alloc.keys())
 
+    def gave_up(self, job: Job) -> bool:
+        """Whether this policy no longer plans for `job`'s deadline (it runs best effort): the
+        engine then tells its user `will_miss` unless it is on track where it runs."""
+        return False
+
     def move(self, job: Job, n: int, pool: FreePool) -> Allocation | None:
         """GPUs for a running job that restarts on a new size (its own GPUs are in `pool`): best
         fit on the fewest hosts, wherever they are."""

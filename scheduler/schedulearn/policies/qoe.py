@@ -90,6 +90,9 @@ class QoE(Goodput):
                     self._planned[job.id] = n
         return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
 
+    def gave_up(self, job: Job) -> bool:
+        return job.id in self._dropped
+
     def kept(self, ctx: RoundContext, best_effort: list[Job]) -> int:
         """GPUs kept from the deadline stage for the minimums of `best_effort` (in order), at
         most `be_share` of the cluster."""

@@ -177,6 +177,64 @@ def test_a_moving_job_holds_the_gpus_it_leaves_until_its_old_run_is_gone():
     assert e.releasing == {} and engine.pool.total == 1
 
 
+class _Scripted(policies.Policy):
+    """Wants set by the test, round by round."""
+    name = "scripted"
+    elastic = True
+
+    def __init__(self):
+        self.wants = {}
+
+    def schedule(self, ctx):
+        by_name = {j.spec.name: j for j in ctx.jobs}  # in the order of `wants`
+        return [(by_name[name], n) for name, n in self.wants.items() if name in by_name]
+
+
+class _SlowStopSim(SimExecutor):
+    """Runs that stop only when the test says so (and, as in the simulator, confirm nothing)."""
+    def __init__(self):
+        super().__init__()
+        self.stopping = []
+
+    def stop(self, job, why, now):
+        self.stopping.append((job, why, now))
+
+    def stopped(self):
+        for job, why, now in self.stopping:
+            super().stop(job, why, now)
+        self.stopping = []
+
+
+@pytest.mark.parametrize("q, e_wants, e_after", [
+    (0, 3, {"node0": (2, 3)}),  # E stays where it is, no restart
+    (1, 3, {"node0": (3,)}),  # Q, started first, took GPU 2: E restarts on GPU 3
+    (2, 1, {}),  # Q took both: E is stopped and waits, holding nothing
+])
+def test_a_move_that_finds_too_few_free_gpus_keeps_what_is_still_free(q, e_wants, e_after):
+    """One host of 4: A runs on GPUs 0,1 and E on 2,3. The policy preempts A and resizes E (a
+    restart: E moves), maybe starting Q first; A's run has not stopped yet, so only E's own GPUs
+    are free. E keeps those of them still free once the jobs before it took theirs. No GPU is
+    ever counted twice: once A's run is gone, every GPU is a job's or free, once."""
+    policy, ex = _Scripted(), _SlowStopSim()
+    engine = Engine(virtual_cluster(1, 4), policy, executor=ex, clock=lambda: 0.0)
+    a = engine.submit(JobSpec(name="A", gpus=2, duration=1000), now=0)
+    e = engine.submit(JobSpec(name="E", gpus="auto", min_gpus=1, max_gpus=4, duration=1000), now=0)
+    policy.wants = {"A": 2, "E": 2}
+    engine.round(0)
+    assert a.alloc == {"node0": (0, 1)} and e.alloc == {"node0": (2, 3)}
+    engine.submit(JobSpec(name="Q", gpus=max(q, 1), duration=10), now=1)  # (a new round)
+    policy.wants = {"Q": q, "E": e_wants} if q else {"E": e_wants}
+    engine.round(1)
+    assert e.alloc == e_after
+    assert e.restarts == (0 if e_after == {"node0": (2, 3)} else 1)
+    if not e_after:
+        assert e.stopping == "preempt"
+    ex.stopped()  # A's run (and E's, if stopped) gone
+    assert a.state is JobState.queued and a.alloc == {}
+    held = [g for j in engine.jobs.values() for g in _gpus(j)]
+    assert len(held) == len(set(held)) and len(held) + engine.pool.total == 4, (held, engine.pool.total)
+
+
 def _gpus(job):
     return [(n, i) for n, idx in job.alloc.items() for i in idx]
 

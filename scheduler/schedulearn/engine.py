@@ -475,14 +475,12 @@ class Engine:
         # (`_move`), on the fewest hosts, as a starting job is.
         get, size = chosen.get, self._gpus
         losing = [j for j in self.running.values() if get(j, 0) < size[j.id]]
-        moving = [j for j, n in chosen.items() if j.state is not JobState.queued
-                  and n != size.get(j.id, n) and not j.spec.in_place]
+        moving = dict.fromkeys(j for j, n in chosen.items() if j.state is not JobState.queued
+                               and n != size.get(j.id, n) and not j.spec.in_place)  # (in order)
         for job in sorted(losing, key=_ID):
             n = get(job, 0)
             if n == 0:
-                self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
-                self._untrack(job)
-                self.executor.stop(job, "preempt", now)
+                self._preempt(job, now)
             elif job not in moving:
                 keep = shrink(job.alloc, n)
                 self._resize(job, keep, now, freed=_minus(job.alloc, keep))
@@ -516,17 +514,20 @@ class Engine:
         if new is None:  # (GPUs of stopping jobs not yet free) it stays, on what is still free
             new = self.pool.still_free(old)
             self.pool.take(new)
-            if new == old or not new:  # (nothing left of it: its old run, stopped, frees nothing)
-                if not new:
-                    job.set_alloc({}, now)
-                    self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
-                    self._untrack(job)
-                    self.executor.stop(job, "preempt", now)
+            if not new:  # nothing of it is left: stopped, its old run frees nothing
+                job.set_alloc({}, now)
+                self._preempt(job, now)
+            if new == old or not new:
                 return
         freed = _minus(old, new)
         if hold:
             self.pool.take(freed)  # (`_resize` holds them)
         self._resize(job, new, now, freed=freed if hold else None)
+
+    def _preempt(self, job: Job, now: float) -> None:
+        self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
+        self._untrack(job)
+        self.executor.stop(job, "preempt", now)
 
     def _start(self, job: Job, n: int, now: float) -> None:
         alloc = self.policy.place(job, n, self.pool)

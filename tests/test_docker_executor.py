@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -279,6 +280,31 @@ def test_container_killed_from_outside_fails_with_a_reason_and_frees_its_gpus(do
             assert nxt.state is JobState.succeeded, nxt.reason
 
     asyncio.run(main())
+
+
+def test_a_removal_returns_only_once_the_container_is_gone(dockerd, tmp_path):
+    """Two removals at once (a job's end and a cancel, or a daemon still removing what timed
+    out): the daemon answers the second "removal already in progress" (409); neither returns
+    while the container is still there, so a job reported ended has left nothing behind."""
+    from schedulearn.executors.docker import _Worker
+
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    def remove(cid: str, job_id: int, left: list) -> None:
+        ex._remove(_Worker("h0", 0, cid))
+        left.append(labelled(dockerd, job_id))
+    for job_id in (901, 902, 903):
+        sleeper = [dockerd.python, "-c", "import time; time.sleep(120)"]
+        cid = ex._create(job_id, 0, 0, "h0", dockerd.image, sleeper, {}, None, "/")
+        with contextlib.closing(dockerd.client()) as c:
+            c.api.start(cid)
+        left: list[list] = []
+        threads = [threading.Thread(target=remove, args=(cid, job_id, left)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert left == [[], [], []]
 
 
 def test_unknown_image_fails_with_a_one_line_reason(dockerd, tmp_path):

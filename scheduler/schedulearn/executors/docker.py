@@ -832,10 +832,27 @@ class DockerExecutor(RunExecutor):
         return who + (last or f"exit code {code}")
 
     def _remove(self, w: _Worker) -> None:
-        try:
-            self._client(w.host).api.remove_container(w.cid, force=True)
-        except Exception as e:  # noqa: BLE001 - gone already, or the host is down
-            log.debug("could not remove container %s on %s: %s", w.cid[:12], w.host, e)
+        """Remove the worker's container and return once it is gone, so that a job reported
+        ended has left nothing behind. A loaded daemon may answer after the client's timeout
+        (the removal goes on there: "removal already in progress"): asked again until it says
+        the container is not there, for up to three API timeouts. A host that is down (or a
+        daemon that never answers) keeps it: logged as a warning."""
+        from docker.errors import NotFound
+
+        deadline = time.monotonic() + 3 * self.api_timeout
+        while True:
+            try:
+                self._client(w.host).api.remove_container(w.cid, force=True)
+                return
+            except NotFound:
+                return
+            except Exception as e:  # noqa: BLE001 - a timeout, a conflict, or the host is down
+                if w.host in self._down or time.monotonic() > deadline:
+                    log.warning("could not remove container %s on docker host %s: %s", w.cid[:12], w.host,
+                                short_error(e))
+                    return
+                log.debug("removing container %s on %s: %s; asking again", w.cid[:12], w.host, e)
+            time.sleep(0.5)
 
     # -- signalling ----------------------------------------------------------------------------------
     def _signal(self, run: Run, sig: int) -> None:

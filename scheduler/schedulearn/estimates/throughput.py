@@ -20,7 +20,12 @@ GPUs -> no growth with the GPU count. With one GPU only, synchronisation is unkn
 is optimistic (linear speed-up): the exploration cap (`estimates.job`) bounds how far that is
 believed.
 
-scipy is not a dependency: `fit` is a small Levenberg-Marquardt over log-parameters.
+scipy is not a dependency: `fit` is a small Levenberg-Marquardt over log-parameters. Its linear
+algebra is numpy's elementwise arithmetic and sums, never BLAS or LAPACK: their kernels differ by
+processor (OpenBLAS picks one at run time, `OPENBLAS_CORETYPE` overrides it) in the last bits,
+and a policy that resizes dozens of jobs on fitted models turns last bits into other decisions —
+so the same trace gave other figures on other machines. Without them the fit, and with it every
+simulation, is the same on any x86-64 machine.
 """
 
 from __future__ import annotations
@@ -141,9 +146,32 @@ def _logit(x: float) -> float:
     return math.log(x / (1 - x))
 
 
+def _sq(r: np.ndarray) -> float:
+    """r . r without BLAS (numpy's pairwise sum: the same on every processor)."""
+    return float(np.sum(r * r))
+
+
+def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x with a x = b: Gaussian elimination with partial pivoting in elementwise numpy (a few
+    unknowns; LAPACK's result depends on the BLAS kernel)."""
+    m = np.concatenate([a, b[:, None]], axis=1)
+    n = b.size
+    for i in range(n):
+        p = i + int(np.argmax(np.abs(m[i:, i])))
+        if p != i:
+            m[[i, p]] = m[[p, i]]
+        if m[i, i] == 0.0:
+            raise np.linalg.LinAlgError("singular matrix")
+        m[i + 1:] -= (m[i + 1:, i] / m[i, i])[:, None] * m[i]
+    x = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        x[i] = (m[i, n] - np.sum(m[i, i + 1:n] * x[i + 1:])) / m[i, i]
+    return x
+
+
 def _levenberg_marquardt(f, u: np.ndarray, iters: int = 40) -> np.ndarray:
     r = f(u)
-    cost = float(r @ r)
+    cost = _sq(r)
     lam = 1e-3
     for _ in range(iters):
         jac = np.empty((r.size, u.size))
@@ -151,13 +179,14 @@ def _levenberg_marquardt(f, u: np.ndarray, iters: int = 40) -> np.ndarray:
             du = np.zeros_like(u)
             du[j] = 1e-6
             jac[:, j] = (f(u + du) - r) / 1e-6
-        jtj, jtr = jac.T @ jac, jac.T @ r
+        jtj = np.sum(jac[:, :, None] * jac[:, None, :], axis=0)  # J^T J and J^T r, no BLAS
+        jtr = np.sum(jac * r[:, None], axis=0)
         improved = False
         while lam < 1e8:
-            step = np.linalg.solve(jtj + lam * (np.diag(np.diag(jtj)) + 1e-12 * np.eye(u.size)), -jtr)
+            step = _solve(jtj + lam * (np.diag(np.diag(jtj)) + 1e-12 * np.eye(u.size)), -jtr)
             new = u + step
             rn = f(new)
-            c = float(rn @ rn)
+            c = _sq(rn)
             if np.isfinite(c) and c < cost:
                 improved = cost - c > 1e-7 * cost + 1e-14
                 u, r, cost, lam = new, rn, c, max(lam / 3, 1e-9)

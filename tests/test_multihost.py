@@ -55,6 +55,38 @@ def test_two_host_torchrun_job_has_the_total_world_size(dockerd_pair, tmp_path):
     asyncio.run(main())
 
 
+def test_a_two_host_job_ends_only_once_every_hosts_container_is_gone(dockerd_pair, tmp_path):
+    """Both daemons remove finished containers slowly (a loaded machine: 2 s on the first host,
+    4 s on the second). The job's end is reported only once both are gone, not when the first
+    host's worker is done with its own while the second's is still being removed (CI once saw
+    the job ended with the other container still there)."""
+    a, b = dockerd_pair
+    ex = executor([a, b], tmp_path / "jobs", gpus=1)
+    remove = ex._remove
+
+    def slow_remove(w):
+        time.sleep(4.0 if w.host == "h1" else 2.0)
+        remove(w)
+    ex._remove = slow_remove
+
+    async def main():
+        eng = Engine(ex.nodes(), "fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            job = eng.submit({"command": [a.python, str(JOBS / "allreduce_world.py")],
+                              "launcher": "torchrun", "gpus": 2})
+            await wait_for(lambda: job.state is JobState.running, 5, "the job to start")
+            await wait_for(final(eng, job.id), 90, "the two-host job to end")
+            assert job.state is JobState.succeeded, job.reason
+            assert labelled(b, job.id) == [] and labelled(a, job.id) == []
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())
+
+
 def test_a_failing_worker_fails_the_job_and_stops_the_other_workers(dockerd_pair, tmp_path):
     a, b = dockerd_pair
     ex = executor([a, b], tmp_path / "jobs", gpus=1, cancel_grace=2.0)

@@ -720,7 +720,10 @@ class DockerExecutor(RunExecutor):
                              daemon=True).start()
 
     def _follow(self, run: _Run, w: _Worker) -> None:
-        """Copy the container's output into the job log until it exits, then record its exit."""
+        """Copy the container's output into the job log until it exits, then remove it and record
+        its exit. The exit is recorded (`w.code`) only once the container is gone: the last
+        worker to be recorded ends the run, and a job reported ended has no container left on any
+        host (another worker's thread may still have been removing its own)."""
         prefix = f"[{w.host}] ".encode() if run.multi or w.sidecar else b""
         skip = w.skip
         try:
@@ -747,7 +750,7 @@ class DockerExecutor(RunExecutor):
                 if not skip:
                     self._write(run, prefix + buf + b"\n")
             state = self._client(w.host).api.wait(w.cid, timeout=self.api_timeout)
-            w.code = int(state.get("StatusCode", -1))
+            code = int(state.get("StatusCode", -1))
             try:
                 w.oom = bool(self._client(w.host).api.inspect_container(w.cid)["State"].get("OOMKilled"))
             except Exception:  # noqa: BLE001
@@ -762,11 +765,12 @@ class DockerExecutor(RunExecutor):
             else:
                 w.lost = f"lost contact with docker host {w.host}: {short_error(e)}"
                 self._set_health(w.host, False, w.lost)
-            w.code = -1
+            code = -1
         if self._closed.is_set():
             return
         if w.lost is None:
             self._remove(w)
+        w.code = code
         self._worker_ended(run, w)
 
     def _write(self, run: _Run, data: bytes) -> None:

@@ -69,9 +69,19 @@ def in_log(ex: DockerExecutor, job_id: int, text: str):
 
 
 def labelled(daemon, job_id: int) -> list:
-    """The containers (any state) carrying the job's label on `daemon`."""
+    """The containers (any state) carrying the job's label on `daemon`. docker-py lists, then
+    inspects each: one removed in between is listed again (it is gone), not an error."""
+    from docker.errors import NotFound
+
     with contextlib.closing(daemon.client()) as c:
-        return c.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job_id}"})
+        for attempt in range(10):
+            try:
+                return c.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job_id}"})
+            except NotFound:
+                if attempt == 9:
+                    raise
+                time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 class MemoryStore:

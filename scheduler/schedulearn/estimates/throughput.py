@@ -25,8 +25,9 @@ algebra is numpy's elementwise arithmetic and sums and a Cholesky solve in Pytho
 BLAS or LAPACK: their kernels differ by processor (OpenBLAS picks one at run time,
 `OPENBLAS_CORETYPE` overrides it) in the last bits, and a policy that resizes dozens of jobs on
 fitted models turns last bits into other decisions — the same trace gave other figures on other
-machines. Without them the fit, and with it every simulation, is the same on any x86-64 machine
-(at about the same speed: a fit of 7 configurations 7.3 ms, 6.6 ms with LAPACK, on 2 cores).
+machines. Without them the fit, and with it every simulation, does not depend on the processor
+(tests/test_reproducible_numerics.py: two OpenBLAS kernels, and numpy's SIMD loops against its
+baseline ones) at about the same speed (a fit of 7 configurations 7.3 ms, 6.6 ms with LAPACK).
 """
 
 from __future__ import annotations

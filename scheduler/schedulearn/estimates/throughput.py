@@ -25,9 +25,10 @@ algebra is numpy's elementwise arithmetic and sums and a Cholesky solve in Pytho
 BLAS or LAPACK: their kernels differ by processor (OpenBLAS picks one at run time,
 `OPENBLAS_CORETYPE` overrides it) in the last bits, and a policy that resizes dozens of jobs on
 fitted models turns last bits into other decisions — the same trace gave other figures on other
-machines. Without them the fit, and with it every simulation, does not depend on the processor
-(tests/test_reproducible_numerics.py: two OpenBLAS kernels, and numpy's SIMD loops against its
-baseline ones) at about the same speed (a fit of 7 configurations 7.3 ms, 6.6 ms with LAPACK).
+machines. Without them the fit, and with it every simulation, does not depend on the BLAS kernel
+(tests/test_reproducible_numerics.py), at about the same speed (a fit of 7 configurations 7.3 ms,
+6.6 ms with LAPACK). numpy's own SIMD loops (exp, log, power) are picked per processor too: the
+AVX2 ones give the baseline's results here; the AVX-512 ones (other processors) are untested.
 """
 
 from __future__ import annotations

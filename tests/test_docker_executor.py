@@ -295,7 +295,8 @@ def test_container_killed_from_outside_fails_with_a_reason_and_frees_its_gpus(do
 def test_a_removal_returns_only_once_the_container_is_gone(dockerd, tmp_path):
     """Two removals at once (a job's end and a cancel, or a daemon still removing what timed
     out): the daemon answers the second "removal already in progress" (409); neither returns
-    while the container is still there, so a job reported ended has left nothing behind."""
+    while the container is still there, so a job reported ended has left nothing behind. A
+    daemon that cannot be reached is not waited for."""
     from schedulearn.executors.docker import _Worker
 
     ex = executor([dockerd], tmp_path / "jobs")
@@ -315,6 +316,11 @@ def test_a_removal_returns_only_once_the_container_is_gone(dockerd, tmp_path):
         for t in threads:
             t.join(60)
         assert left == [[], [], []]
+    # a daemon that cannot be reached is not waited for (three API timeouts would be 90 s)
+    gone = DockerExecutor(f"h0={dockerd.url},down=unix:///tmp/sl-no-such-dockerd.sock", tmp_path / "jobs2")
+    t0 = time.monotonic()
+    gone._remove(_Worker("down", 0, "0" * 64))
+    assert time.monotonic() - t0 < 5.0
 
 
 def test_unknown_image_fails_with_a_one_line_reason(dockerd, tmp_path):

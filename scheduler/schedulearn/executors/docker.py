@@ -839,9 +839,11 @@ class DockerExecutor(RunExecutor):
         """Remove the worker's container and return once it is gone, so that a job reported
         ended has left nothing behind. A loaded daemon may answer after the client's timeout
         (the removal goes on there: "removal already in progress"): asked again until it says
-        the container is not there, for up to three API timeouts. A host that is down (or a
-        daemon that never answers) keeps it: logged as a warning."""
-        from docker.errors import NotFound
+        the container is not there, for up to three API timeouts; so is a daemon that answers
+        with an error (a 409 conflict, a 500 "device or resource busy"). A daemon that cannot be
+        reached is not waited for: the container stays, logged as a warning."""
+        from docker.errors import APIError, NotFound
+        from requests.exceptions import ReadTimeout
 
         deadline = time.monotonic() + 3 * self.api_timeout
         while True:
@@ -851,7 +853,8 @@ class DockerExecutor(RunExecutor):
             except NotFound:
                 return
             except Exception as e:  # noqa: BLE001 - a timeout, a conflict, or the host is down
-                if w.host in self._down or time.monotonic() > deadline:
+                busy = isinstance(e, (APIError, ReadTimeout))  # the daemon is there, just busy
+                if not busy or w.host in self._down or time.monotonic() > deadline:
                     log.warning("could not remove container %s on docker host %s: %s", w.cid[:12], w.host,
                                 short_error(e))
                     return

@@ -15,7 +15,7 @@ from schedulearn.engine import Engine, RealClock
 from schedulearn.model import JobState
 
 from tests.conftest import assert_unresized_weights
-from tests.test_docker_executor import JOBS, executor, final, in_log, labelled, wait_for
+from tests.test_docker_executor import JOBS, executor, final, in_log, labelled, live, wait_for
 
 STEPS = 20
 
@@ -70,19 +70,13 @@ def test_a_two_host_job_ends_only_once_every_hosts_container_is_gone(dockerd_pai
     ex._remove = slow_remove
 
     async def main():
-        eng = Engine(ex.nodes(), "fifo", executor=ex)
-        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
-        try:
+        async with live(ex) as eng:
             job = eng.submit({"command": [a.python, str(JOBS / "allreduce_world.py")],
                               "launcher": "torchrun", "gpus": 2})
             await wait_for(lambda: job.state is JobState.running, 5, "the job to start")
             await wait_for(final(eng, job.id), 90, "the two-host job to end")
             assert job.state is JobState.succeeded, job.reason
             assert labelled(b, job.id) == [] and labelled(a, job.id) == []
-        finally:
-            await asyncio.to_thread(ex.terminate_all, 1.0)
-            eng.close()
-            await task
 
     asyncio.run(main())
 

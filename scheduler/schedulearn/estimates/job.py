@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..model import Job
+from . import libm
 from . import reports as rep
 from .throughput import PerfParams, fit
 
@@ -124,11 +125,12 @@ class Estimate:
             cfgs = dict(self.prior.configs) if self.prior is not None and self.prior.configs else {}
             cfgs.update(self.st.get("configs") or {})
             logs: dict[tuple[int, int], list[float]] = {}
-            for key, (_, step, _) in cfgs.items():
-                k, r, m, a = (int(x) for x in key.split(","))
-                fitted = float(self.perf.step_time(k, r, m, a))
-                if step and fitted > 0:
-                    logs.setdefault((k, r), []).append(math.log(step / fitted))
+            keys = [tuple(int(x) for x in key.split(",")) for key in cfgs]
+            cols = np.array(keys, dtype=int).reshape(-1, 4).T
+            fitted = np.atleast_1d(self.perf.step_time(*cols)).tolist() if keys else []
+            for (k, r, _, _), (_, step, _), t in zip(keys, cfgs.values(), fitted, strict=True):
+                if step and t > 0:
+                    logs.setdefault((k, r), []).append(math.log(step / t))
             fix = self._fix = {kr: math.exp(sum(v) / len(v)) for kr, v in logs.items()}
         return fix
 
@@ -136,7 +138,7 @@ class Estimate:
         lo = max(self.b0, r)
         if not self.adaptive or lo >= self.bmax:
             return np.array([self.batch or self.b0], dtype=float)
-        cands = np.unique(np.round(np.geomspace(lo, self.bmax, BATCH_CANDIDATES)))
+        cands = np.unique(np.round(libm.geomspace(lo, self.bmax, BATCH_CANDIDATES)))
         return cands
 
     def goodput(self, shape: tuple[int, ...], batch: int | None = None) -> float:
@@ -182,7 +184,7 @@ class Estimate:
             n = np.arange(1, top + 1)
             nodes = -(-n // per_node)
             if self.adaptive:
-                cands = np.unique(np.round(np.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
+                cands = np.unique(np.round(libm.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
                 g = self.goodput_matrix(nodes, n, cands)
                 return np.where(cands[None, :] >= n[:, None], g, 0.0).max(axis=1)
             return self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]

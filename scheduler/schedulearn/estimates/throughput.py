@@ -27,8 +27,8 @@ BLAS or LAPACK: their kernels differ by processor (OpenBLAS picks one at run tim
 fitted models turns last bits into other decisions — the same trace gave other figures on other
 machines. Without them the fit, and with it every simulation, does not depend on the BLAS kernel
 (tests/test_reproducible_numerics.py), at about the same speed (a fit of 7 configurations 7.3 ms,
-6.6 ms with LAPACK). numpy's own SIMD loops (exp, log, power) are picked per processor too: the
-AVX2 ones give the baseline's results here; the AVX-512 ones (other processors) are untested.
+6.6 ms with LAPACK). exp, log and power are the C library's (`estimates.libm`): numpy's own
+loops for them are picked per processor as well, and differ on processors with AVX-512.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import libm
 
 _TINY = 1e-8
 #: weight of Pollux's regularisers (towards gamma = 1 and small retrogression terms) against the
@@ -68,7 +70,7 @@ class PerfParams:
         """Seconds per optimiser step (numpy-broadcast over the arguments)."""
         c = self.compute_time(m)
         g = self.gamma
-        sync = (c ** g + self.network_time(k, r) ** g) ** (1.0 / g)
+        sync = libm.power(libm.power(c, g) + libm.power(self.network_time(k, r), g), 1.0 / g)
         return np.asarray(a) * c + sync
 
 
@@ -117,21 +119,21 @@ def fit(obs: Sequence[Observation], start: PerfParams | None = None) -> PerfPara
         p = np.empty(6)
         for i, v in fixed.items():
             p[i] = v
-        p[free] = np.exp(np.clip(u[:-1], -60.0, 60.0))
+        p[free] = libm.exp(np.clip(u[:-1], -60.0, 60.0))
         return p, 1.0 + 9.0 / (1.0 + math.exp(-min(max(float(u[-1]), -30.0), 30.0)))
 
     multi, on_node, extra = k > 1, (k == 1) & (r > 1), np.maximum(r - 2, 0)
-    log_step = np.log(step)
-    log_comp = np.log(comp[known])
+    log_step = libm.log(step)
+    log_comp = libm.log(comp[known])
 
     def residuals(u: np.ndarray) -> np.ndarray:
         p, g = params_of(u)
         c = p[0] + p[1] * m
         net = np.where(multi, p[2] + p[3] * extra, np.where(on_node, p[4] + p[5] * extra, _TINY))
-        pred = a * c + (c ** g + net ** g) ** (1.0 / g)
-        res = [(np.log(pred) - log_step) / math.sqrt(n_step)]
+        pred = a * c + libm.power(libm.power(c, g) + libm.power(net, g), 1.0 / g)
+        res = [(libm.log(pred) - log_step) / math.sqrt(n_step)]
         if n_comp:
-            res.append((np.log(c[known]) - log_comp) / math.sqrt(n_comp))
+            res.append((libm.log(c[known]) - log_comp) / math.sqrt(n_comp))
         res.append(REG * np.array([math.sqrt(1e-3) * (g - 1.0), 0.1 * p[3] / p[2], 0.1 * p[5] / p[4]]))
         return np.concatenate(res)
 

@@ -109,6 +109,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..estimates import libm
+
 __all__ = [
     "APPLICATIONS",
     "EPOCHS",
@@ -400,7 +402,7 @@ class AppProfile:
                     f"{self.name}: no batch size in [{self.init_batch_size}, {hi}]"
                     f" fits {r} GPUs (B must be >= the number of GPUs)"
                 )
-            cands = {int(round(b)) for b in np.geomspace(lo, hi, _BEST_BSZ_SAMPLES)}
+            cands = {int(round(b)) for b in libm.geomspace(lo, hi, _BEST_BSZ_SAMPLES)}
             cands.update(b for b in self.validated_batch_sizes if lo <= b <= hi)
             cands.update((lo, hi))
             best_g = -1.0

@@ -85,9 +85,12 @@ def test_a_simulation_is_the_same_whichever_blas_kernel_runs(kernels, traces: Pa
 
 def _dispatched() -> list[str]:
     """numpy's optional SIMD targets this processor runs (its loops for exp, log, power, ...)."""
-    from numpy._core import _multiarray_umath as umath
-
-    return [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath as umath
+    features = getattr(umath, "__cpu_features__", {})
+    return [t for t in getattr(umath, "__cpu_dispatch__", []) if features.get(t)]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +98,13 @@ def simd() -> dict[str, str]:
     targets = _dispatched()
     if not targets:
         pytest.skip("numpy runs only its baseline loops on this processor: nothing to compare")
-    return {"NPY_DISABLE_CPU_FEATURES": " ".join(targets)}
+    env = {"NPY_DISABLE_CPU_FEATURES": " ".join(targets)}
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); "
+             "from tests.test_reproducible_numerics import _dispatched; print(_dispatched())")
+    r = subprocess.run([sys.executable, "-c", probe, str(ROOT)], env={**os.environ, **env},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr  # really off there
+    return env
 
 
 def test_a_simulation_is_the_same_with_or_without_numpys_simd_loops(simd, traces: Path):

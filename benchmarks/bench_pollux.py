@@ -14,7 +14,11 @@ policies' parameters were chosen on. Simulations run one after another in this p
 profile caches warm up in the first goodput run of a process; its time includes that).
 
     python benchmarks/bench_pollux.py [--workloads 1,2,3,4] [--policies fifo,...,goodput]
-                                      [--estimates reported|oracle|both] [--traces traces] [--json]
+                                      [--estimates reported|oracle|both] [--shift S] [--traces traces]
+                                      [--json]
+
+`--shift S`: every arrival S seconds later — the same trace at another phase against the 60 s
+rounds (`sim.traces.shifted`); the figures of a resizing policy move by a few per cent with it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scheduler"))
 
 from schedulearn.model import parse_cluster  # noqa: E402
 from schedulearn.sim.simulate import simulate  # noqa: E402
-from schedulearn.sim.traces import load_trace  # noqa: E402
+from schedulearn.sim.traces import load_trace, shifted  # noqa: E402
 
 # Published average JCTs (s), Pollux artifact `results-jobload/{tiresias,pollux}-1.0/summary.json`
 TIRESIAS = {1: 2474, 2: 5145, 3: 3876, 4: 3280, 5: 3501, 6: 3470, 7: 5480, 8: 5080}
@@ -41,10 +45,11 @@ POLICIES = ("fifo", "elastic-fifo", "round-robin", "las", "goodput")
 READS_ESTIMATES = {"goodput"}
 
 
-def run(traces: Path, workloads: list[int], policies: list[str], modes: list[str]) -> list[dict]:
+def run(traces: Path, workloads: list[int], policies: list[str], modes: list[str],
+        shift: float = 0.0) -> list[dict]:
     rows = []
     for w in workloads:
-        trace = load_trace(traces / "pollux" / "workloads" / f"workload-{w}.csv")
+        trace = shifted(load_trace(traces / "pollux" / "workloads" / f"workload-{w}.csv"), shift)
         for policy in policies:
             for mode in (modes if policy in READS_ESTIMATES else ["-"]):
                 rows.append(one(trace, w, policy, mode))
@@ -99,21 +104,25 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--estimates", choices=("reported", "oracle", "both"), default="both",
                     help="what estimate-reading policies are fed (default: both, and the gap)")
+    ap.add_argument("--shift", type=float, default=0.0, metavar="S",
+                    help="every arrival S seconds later: the trace at another phase of the rounds")
     ap.add_argument("--traces", type=Path, default=ROOT / "traces")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args()
+    if not 0 <= args.shift < 86400:
+        ap.error(f"--shift: expected seconds in [0, 86400), got {args.shift:g}")
     workloads = [int(w) for w in args.workloads.split(",")]
     bad = [w for w in workloads if w not in TIRESIAS]
     if bad:
         ap.error(f"--workloads: expected numbers among 1-8 (published results), got {bad[0]}")
     modes = ["reported", "oracle"] if args.estimates == "both" else [args.estimates]
-    rows = run(args.traces, workloads, args.policies.split(","), modes)
+    rows = run(args.traces, workloads, args.policies.split(","), modes, args.shift)
     if args.json:
         print(json.dumps(rows, indent=2))
         return
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load average {load:.1f}")
+          f"load average {load:.1f}{f'; arrivals shifted by {args.shift:g} s' if args.shift else ''}")
     print(table(rows))
     gap = gaps(rows)
     if gap:

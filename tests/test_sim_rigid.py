@@ -6,7 +6,7 @@ import pytest
 from schedulearn.model import JobSpec, SpecError, virtual_cluster
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.simulate import simulate
-from schedulearn.sim.traces import TraceJob, load_trace
+from schedulearn.sim.traces import TraceJob, load_trace, shifted
 
 SMALL = "tests/data/small-trace.csv"
 
@@ -35,6 +35,28 @@ def test_small_trace_fifo_exact(monkeypatch):
     assert r.metrics == SMALL_FIFO_METRICS
     # utilisation = busy GPU-s / (GPUs x makespan) = 97,500 / (8 x 15,600)
     assert 97_500 / (8 * 15_600) == pytest.approx(0.78125)
+
+
+def test_a_shifted_trace_is_the_same_trace_later(monkeypatch):
+    """`shifted` (benchmarks' `--shift`) moves every arrival and deadline, nothing else: with
+    event-driven rounds the replay is the same, S seconds later; with 60 s rounds only the
+    phase against the rounds changes (every job then waits for the round after its arrival)."""
+    monkeypatch.chdir(__file__.rsplit("/tests/", 1)[0])
+    trace = load_trace(SMALL)
+    trace = [TraceJob(tj.submit_time, tj.spec.model_copy(update={"deadline": tj.submit_time + 500.0})
+                      if i % 2 else tj.spec, tj.where) for i, tj in enumerate(trace)]
+    later = shifted(trace, 45.0)
+    assert shifted(trace, 0) == trace and later is not trace
+    for a, b in zip(trace, later, strict=True):
+        assert b.submit_time == a.submit_time + 45.0 and b.where == a.where
+        assert b.spec.deadline == (None if a.spec.deadline is None else a.spec.deadline + 45.0)
+        assert b.spec.model_copy(update={"deadline": a.spec.deadline}) == a.spec
+    ends = {j.spec.name: j.end_time for j in simulate(trace, virtual_cluster(2, 4), "fifo").jobs}
+    moved = {j.spec.name: j.end_time for j in simulate(later, virtual_cluster(2, 4), "fifo").jobs}
+    assert moved == {name: t + 45.0 for name, t in ends.items()}
+    rounds = simulate(later, virtual_cluster(2, 4), "fifo", interval=60)
+    assert all(j.start_time % 60 == 0 and j.start_time >= j.submit_time for j in rounds.jobs)
+    assert rounds.metrics != simulate(trace, virtual_cluster(2, 4), "fifo", interval=60).metrics
 
 
 def test_metrics_definitions():

@@ -159,3 +159,16 @@ def load_trace(path: str | Path, start: str | None = None, limit: int | None = N
             f"may end with ,deadline); got {','.join(header)}")
     jobs.sort(key=lambda j: j.submit_time)
     return jobs[:limit] if limit is not None else jobs
+
+
+def shifted(trace: list[TraceJob], seconds: float) -> list[TraceJob]:
+    """The trace with every arrival and deadline `seconds` later (a job's deadline stays as far
+    after its arrival). With rounds at multiples of the interval this replays the same trace at
+    another phase: a resizing policy's figures are one draw of a chaotic process, and a few
+    phases show how far they move."""
+    if not seconds:
+        return list(trace)
+    return [TraceJob(tj.submit_time + seconds,
+                     tj.spec if tj.spec.deadline is None
+                     else tj.spec.model_copy(update={"deadline": tj.spec.deadline + seconds}), tj.where)
+            for tj in trace]

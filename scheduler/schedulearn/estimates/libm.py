@@ -46,19 +46,21 @@ def _pow(x: float, y: float) -> float:
         return math.inf if x == 0.0 else math.nan
 
 
-_EXP, _LOG, _POW = np.frompyfunc(_exp, 1, 1), np.frompyfunc(_log, 1, 1), np.frompyfunc(_pow, 2, 1)
-# In the domain (all a fit and a speed-up curve need) `math`'s own functions, without a Python
-# frame per element: 3x faster. Out of it they raise, and the careful versions above answer.
-_FAST = {_EXP: np.frompyfunc(math.exp, 1, 1), _LOG: np.frompyfunc(math.log, 1, 1),
-         _POW: np.frompyfunc(math.pow, 2, 1)}
+# Each as (fast, careful): in the domain (all a fit and a speed-up curve need) `math`'s own
+# functions, without a Python frame per element (3x faster); out of it they raise, and the
+# careful versions above answer.
+_EXP = np.frompyfunc(math.exp, 1, 1), np.frompyfunc(_exp, 1, 1)
+_LOG = np.frompyfunc(math.log, 1, 1), np.frompyfunc(_log, 1, 1)
+_POW = np.frompyfunc(math.pow, 2, 1), np.frompyfunc(_pow, 2, 1)
 
 
-def _apply(f, *args) -> np.ndarray:
+def _apply(funcs, *args) -> np.ndarray:
+    fast, careful = funcs
     xs = [np.asarray(a, dtype=float) for a in args]
     try:
-        out = _FAST[f](*xs)
+        out = fast(*xs)
     except (OverflowError, ValueError):
-        out = f(*xs)
+        out = careful(*xs)
     return np.asarray(out, dtype=float)
 
 

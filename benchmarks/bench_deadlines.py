@@ -10,13 +10,16 @@ ground truth (an upper bound, never the headline).
 `--mixed`: every other job (by arrival) loses its deadline. Then also the best-effort jobs'
 average JCT under each policy over theirs under `goodput` on the same mixed workload.
 
-`--ceiling`: two references per workload. *Alone under goodput*: each job alone on the empty
+`--ceiling`: three references per workload. *Alone under goodput*: each job alone on the empty
 cluster under `goodput` (deadline-blind, report-fed), the share that makes its deadline. *Feasible
 alone on a fixed size* (from the job models' ground truth: a reference no live scheduler has): the
 share of jobs for which some fixed GPU count, packed, started in the first round after the job
 arrives (and 30 s of start), at the job's batch size (an adaptive job: the best one of each
 epoch) finishes by the deadline — what a scheduler that knew every job's true speed-up could
-promise each job on an empty cluster without resizing it.
+promise each job on an empty cluster without resizing it. *Fit the GPU-seconds together* (truth,
+fluid): the share of jobs that fit beside each other, each at its cheapest such fixed size, when
+GPU-seconds could be shared at will between its first round and its deadline (`fit_together`):
+whether the load itself leaves room, not what a scheduler can reach.
 
     python benchmarks/bench_deadlines.py [--workloads 1,2,3,4] [--policies qoe,goodput,edf,las]
                                          [--estimates reported|oracle] [--mixed] [--ceiling]
@@ -113,6 +116,47 @@ def feasible_alone(trace: list[TraceJob]) -> float:
     return ok / len(trace)
 
 
+def cheapest_alone(spec: JobSpec, budget: float) -> float:
+    """The fewest GPU-seconds in which some fixed GPU count finishes `spec` alone within `budget`
+    seconds (ground truth, as `feasible_alone`); inf where none does."""
+    runs = ((n, alone_fixed_s(spec, n)) for n in range(spec.min_size, spec.max_size(CLUSTER) + 1))
+    return min((n * t for n, t in runs if t <= budget), default=math.inf)
+
+
+def fit_together(jobs: list[tuple[float, float, float]], capacity: int = CLUSTER) -> int:
+    """How many of `jobs` (first round, deadline, GPU-seconds) fit the cluster's GPU-seconds: in
+    earliest-deadline order, each is kept while every window from an arrival to its deadline
+    holds the GPU-seconds of the kept jobs inside it, else the costliest job of the first window
+    that overflows gives way (Moore-Hodgson). A fluid view — GPU-seconds are shared at will,
+    no placement, no restart — so the share it keeps says whether the load leaves room, not
+    what a scheduler can reach."""
+    kept: list[tuple[float, float, float]] = []
+    for job in sorted((j for j in jobs if math.isfinite(j[2])), key=lambda j: j[1]):
+        kept.append(job)
+        while True:
+            over = None
+            for t1 in sorted({k[0] for k in kept}):
+                inside = [k for k in kept if k[0] >= t1]
+                if sum(k[2] for k in inside) > capacity * (job[1] - t1):
+                    over = inside
+                    break
+            if over is None:
+                break
+            kept.remove(max(over, key=lambda k: k[2]))
+    return len(kept)
+
+
+def load_fits(trace: list[TraceJob]) -> float:
+    """The share of jobs whose cheapest fixed size (truth) fits the cluster's GPU-seconds beside
+    the others (`fit_together`)."""
+    jobs = []
+    for tj in trace:
+        start = first_round(tj.submit_time)
+        budget = tj.spec.deadline - start - SETUP["restart_penalty"]
+        jobs.append((start, tj.spec.deadline, cheapest_alone(tj.spec, budget)))
+    return fit_together(jobs) / len(trace)
+
+
 def table(rows: list[dict], ceilings: dict[int, tuple[float, float]]) -> str:
     base = {(r["workload"], r["policy"]): r for r in rows}
     head = ("| workload | policy | deadlines met | vs goodput | vs edf | avg tardiness s | avg JCT s "
@@ -128,9 +172,10 @@ def table(rows: list[dict], ceilings: dict[int, tuple[float, float]]) -> str:
         lines.append(f"| {w} | {r['policy']} | {r['deadline_met']:.1%} of {r['deadline_jobs']} | {vs[0]} "
                      f"| {vs[1]} | {r['avg_tardiness_s']:,.0f} | {r['avg_jct_s']:,.0f} | {be} "
                      f"| {r['restarts']} | {r['wall_s']:.1f} |")
-    for w, (alone, feasible) in ceilings.items():
+    for w, (alone, feasible, fits) in ceilings.items():
         lines.append(f"| {w} | each job alone (goodput) | {alone:.1%} | | | | | | | |")
         lines.append(f"| {w} | feasible alone on a fixed size (truth) | {feasible:.1%} | | | | | | | |")
+        lines.append(f"| {w} | fit the GPU-seconds together (truth, fluid) | {fits:.1%} | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -142,7 +187,8 @@ def main() -> None:
     ap.add_argument("--estimates", choices=("reported", "oracle"), default="reported")
     ap.add_argument("--mixed", action="store_true", help="every other job without a deadline")
     ap.add_argument("--ceiling", action="store_true",
-                    help="also each job alone under goodput, and the share feasible alone (truth)")
+                    help="also each job alone under goodput, the share feasible alone and the share "
+                         "that fits the cluster's GPU-seconds together (truth)")
     ap.add_argument("--shift", type=float, default=0.0, metavar="S",
                     help="every arrival and deadline S seconds later: another phase of the rounds")
     ap.add_argument("--traces", type=Path, default=ROOT / "traces")
@@ -163,7 +209,7 @@ def main() -> None:
         rows += [one(trace, w, p, args.estimates) for p in args.policies.split(",")]
         if args.ceiling:
             timed = [tj for tj in trace if tj.spec.deadline is not None]
-            ceilings[w] = (ceiling(timed), feasible_alone(timed))
+            ceilings[w] = (ceiling(timed), feasible_alone(timed), load_fits(timed))
     if args.json:
         print(json.dumps({"rows": rows, "ceiling": ceilings}, indent=2))
         return

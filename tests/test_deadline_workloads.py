@@ -48,3 +48,32 @@ def test_feasible_alone_asks_whether_some_fixed_size_makes_it_from_the_first_rou
     assert bench.feasible_alone(trace(start + fastest + 2)) == 1.0
     assert bench.feasible_alone(trace(start + fastest - 2)) == 0.0
     assert bench.first_round(0) == 60 and bench.first_round(120) == 120
+
+
+def test_fit_together_keeps_what_the_gpu_seconds_of_each_window_hold():
+    hour = 3600.0
+    # Two jobs each needing 40 of 64 GPUs for the same hour: only one fits, the cheaper stays.
+    assert bench.fit_together([(0, hour, 40 * hour), (0, hour, 41 * hour)]) == 1
+    # The same two an hour apart both fit; so do two that share the hour at 32 GPUs each.
+    assert bench.fit_together([(0, hour, 40 * hour), (hour, 2 * hour, 41 * hour)]) == 2
+    assert bench.fit_together([(0, hour, 32 * hour), (0, hour, 32 * hour)]) == 2
+    # A long job due late gives way to the three short ones it would crowd out of the first hour.
+    short = [(0, hour, 20 * hour)] * 3
+    assert bench.fit_together([*short, (0, 1.5 * hour, 40 * hour)]) == 3
+    # Later arrivals cannot use the GPU-seconds before they arrive: 120 of the 128 GPU-hours of
+    # the two hours would do, but two jobs arriving after the first hour need 80 of its 64.
+    late = [(0, 2 * hour, 40 * hour), (hour, 2 * hour, 40 * hour), (hour, 2 * hour, 40 * hour)]
+    assert bench.fit_together(late) == 2
+    assert bench.fit_together([(0, t1, s) for _, t1, s in late]) == 3
+    assert bench.fit_together([(0, hour, float("inf"))]) == 0  # no fixed size makes it
+
+
+def test_cheapest_alone_is_the_fewest_gpu_seconds_that_make_the_budget(tmp_path: Path):
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size,deadline\nc,0,cifar10,4,512,99999\n")
+    spec = load_trace(p)[0].spec
+    one, four = bench.alone_fixed_s(spec, 1), bench.alone_fixed_s(spec, 4)
+    assert bench.cheapest_alone(spec, one + 1) == pytest.approx(one)  # one GPU is the cheapest
+    cheapest = bench.cheapest_alone(spec, four + 1)  # one GPU too slow: some size from 2 to 4
+    assert one < cheapest <= 4 * four
+    assert bench.cheapest_alone(spec, 1.0) == float("inf")

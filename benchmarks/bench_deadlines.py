@@ -105,20 +105,28 @@ def first_round(at: float) -> float:
     return max(interval, math.ceil(at / interval) * interval)
 
 
-def feasible_alone(trace: list[TraceJob]) -> float:
-    """The share of jobs that some fixed GPU count finishes by the deadline when started in the
-    first round after it arrives (ground truth; a policy that resizes may do better)."""
-    ok = 0
+def alone_costs(trace: list[TraceJob]) -> list[tuple[float, float, float]]:
+    """Each job's (first round, deadline, GPU-seconds of its cheapest fixed size that makes the
+    deadline alone, started in its first round: `cheapest_alone`; inf where none does)."""
+    costs = []
     for tj in trace:
-        s = tj.spec
-        budget = s.deadline - first_round(tj.submit_time) - SETUP["restart_penalty"]
-        ok += any(alone_fixed_s(s, n) <= budget for n in range(s.min_size, s.max_size(CLUSTER) + 1))
-    return ok / len(trace)
+        start = first_round(tj.submit_time)
+        budget = tj.spec.deadline - start - SETUP["restart_penalty"]
+        costs.append((start, tj.spec.deadline, cheapest_alone(tj.spec, budget)))
+    return costs
+
+
+def feasible_alone(trace: list[TraceJob], costs: list | None = None) -> float:
+    """The share of jobs that some fixed GPU count finishes by the deadline when started in the
+    first round after it arrives (ground truth; a policy that resizes may do better). `costs`:
+    the trace's `alone_costs`, where already worked out."""
+    costs = alone_costs(trace) if costs is None else costs
+    return sum(math.isfinite(c) for _, _, c in costs) / len(trace)
 
 
 def cheapest_alone(spec: JobSpec, budget: float) -> float:
     """The fewest GPU-seconds in which some fixed GPU count finishes `spec` alone within `budget`
-    seconds (ground truth, as `feasible_alone`); inf where none does."""
+    seconds (ground truth); inf where none does."""
     runs = ((n, alone_fixed_s(spec, n)) for n in range(spec.min_size, spec.max_size(CLUSTER) + 1))
     return min((n * t for n, t in runs if t <= budget), default=math.inf)
 
@@ -133,31 +141,28 @@ def fit_together(jobs: list[tuple[float, float, float]], capacity: int = CLUSTER
     kept: list[tuple[float, float, float]] = []
     for job in sorted((j for j in jobs if math.isfinite(j[2])), key=lambda j: j[1]):
         kept.append(job)
-        while True:
-            over = None
-            for t1 in sorted({k[0] for k in kept}):
-                inside = [k for k in kept if k[0] >= t1]
-                if sum(k[2] for k in inside) > capacity * (job[1] - t1):
-                    over = inside
-                    break
-            if over is None:
-                break
+        while (over := _overflowing(kept, job[1], capacity)) is not None:
             kept.remove(max(over, key=lambda k: k[2]))
     return len(kept)
 
 
-def load_fits(trace: list[TraceJob]) -> float:
+def _overflowing(kept: list[tuple[float, float, float]], due: float, capacity: int) -> list | None:
+    """The kept jobs that arrive from the first arrival whose window up to `due` (the latest
+    deadline of `kept`) holds fewer GPU-seconds than they need; None where every window holds."""
+    for t1 in sorted({k[0] for k in kept}):
+        inside = [k for k in kept if k[0] >= t1]
+        if sum(k[2] for k in inside) > capacity * (due - t1):
+            return inside
+    return None
+
+
+def load_fits(trace: list[TraceJob], costs: list | None = None) -> float:
     """The share of jobs whose cheapest fixed size (truth) fits the cluster's GPU-seconds beside
-    the others (`fit_together`)."""
-    jobs = []
-    for tj in trace:
-        start = first_round(tj.submit_time)
-        budget = tj.spec.deadline - start - SETUP["restart_penalty"]
-        jobs.append((start, tj.spec.deadline, cheapest_alone(tj.spec, budget)))
-    return fit_together(jobs) / len(trace)
+    the others (`fit_together`). `costs`: the trace's `alone_costs`, where already worked out."""
+    return fit_together(alone_costs(trace) if costs is None else costs) / len(trace)
 
 
-def table(rows: list[dict], ceilings: dict[int, tuple[float, float]]) -> str:
+def table(rows: list[dict], ceilings: dict[int, tuple[float, float, float]]) -> str:
     base = {(r["workload"], r["policy"]): r for r in rows}
     head = ("| workload | policy | deadlines met | vs goodput | vs edf | avg tardiness s | avg JCT s "
             "| best-effort JCT vs goodput | restarts | sim wall s |")
@@ -209,7 +214,8 @@ def main() -> None:
         rows += [one(trace, w, p, args.estimates) for p in args.policies.split(",")]
         if args.ceiling:
             timed = [tj for tj in trace if tj.spec.deadline is not None]
-            ceilings[w] = (ceiling(timed), feasible_alone(timed), load_fits(timed))
+            costs = alone_costs(timed)  # the job models' truth, worked out once for both
+            ceilings[w] = (ceiling(timed), feasible_alone(timed, costs), load_fits(timed, costs))
     if args.json:
         print(json.dumps({"rows": rows, "ceiling": ceilings}, indent=2))
         return

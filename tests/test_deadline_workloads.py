@@ -60,6 +60,8 @@ def test_fit_together_keeps_what_the_gpu_seconds_of_each_window_hold():
     # A long job due late gives way to the three short ones it would crowd out of the first hour.
     short = [(0, hour, 20 * hour)] * 3
     assert bench.fit_together([*short, (0, 1.5 * hour, 40 * hour)]) == 3
+    # The costliest gives way, not the newest: without the 60-GPU-hour job three short ones fit.
+    assert bench.fit_together([(0, hour, 60 * hour)] + [(0, 1.5 * hour, 20 * hour)] * 3) == 3
     # Later arrivals cannot use the GPU-seconds before they arrive: 120 of the 128 GPU-hours of
     # the two hours would do, but two jobs arriving after the first hour need 80 of its 64.
     late = [(0, 2 * hour, 40 * hour), (hour, 2 * hour, 40 * hour), (hour, 2 * hour, 40 * hour)]

@@ -10,6 +10,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: A program (or cell) holding an object until exit, as a DDP model holds its process group: it
+#: prints what its exit handler sees, then whether the object went before the interpreter
+#: finalised (the runner's `release_program`) or in the finalisation.
+HELD_TO_EXIT = (
+    "import atexit, multiprocessing, os, sys\n"
+    "class Held:\n"
+    "    def __del__(self, write=os.write, finalizing=sys.is_finalizing):\n"
+    "        when = b'while' if finalizing() else b'before'\n"
+    "        write(1, b'released ' + when + b' finalizing\\n')\n"
+    "held = Held()\n"
+    "atexit.register(lambda: print('exit handler sees', type(held).__name__, flush=True))\n")
 TRACES = ROOT / "traces"  # in the repository: a plain clone is self-sufficient
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -22,7 +22,7 @@ from schedulearn.executors.launch import (
 )
 from schedulearn.model import JobSpec
 
-from tests.conftest import ROOT
+from tests.conftest import HELD_TO_EXIT, ROOT
 
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
@@ -102,6 +102,21 @@ def test_the_process_group_is_destroyed_and_output_flushed(tmp_path: Path) -> No
     p = _run(["s.py", str(port)], tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout == "last wordsat exit initialised: False\n"
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises", "is stopped"])
+def test_what_the_program_holds_is_released_after_its_exit_handlers(tmp_path: Path, ends: str) -> None:
+    """`multiprocessing` (torch imports it) keeps the program's `__main__` module alive as
+    `__mp_main__`: what its globals held (a DDP model and through it the gloo process group) was
+    destroyed only in the interpreter's finalisation, where a gloo group aborted about one job in
+    30. The runner releases it after the program's own exit handlers (which still see the
+    globals) and before the interpreter finalises — also when it failed or was stopped."""
+    (tmp_path / "s.py").write_text(
+        HELD_TO_EXIT + "if sys.argv[1] == 'raises':\n    raise ValueError('boom')\n"
+        "if sys.argv[1] == 'is stopped':\n    sys.exit(143)\n")
+    p = _run(["s.py", ends], tmp_path)
+    assert p.returncode == {"returns": 0, "raises": 1, "is stopped": 143}[ends], p.stderr
+    assert p.stdout == "exit handler sees Held\nreleased before finalizing\n", (p.stdout, p.stderr)
 
 
 def test_a_stopped_program_ends_with_the_collectors_heap_frozen(tmp_path: Path) -> None:

@@ -155,6 +155,7 @@ def build_script(
         + "# schedulearn_magics/cell_runner.py: how the cell runs\n"
         + _embedded("_SCHEDULEARN_CELL", cell_runner)
         + '\nif __name__ == "__main__":\n'
+        '    _SCHEDULEARN_RUN["release_at_exit"](globals())  # the cell\'s, after its exit handlers\n'
         '    _SCHEDULEARN_RUN["call"](\n'
         '        _SCHEDULEARN_CELL["run_cell"],\n'
         f"        {cell!r},\n"

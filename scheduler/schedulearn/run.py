@@ -10,7 +10,12 @@ script's folder first on `sys.path`). Whatever its outcome, the runner then
    with `terminate called without an active exception` (SIGABRT) after its last line, so a
    finished job was reported failed at random;
 2. flushes stdout and stderr;
-3. exits with the program's status: 0, the code of a `SystemExit` (`sys.exit(3)` -> 3, a message
+3. after the program's own exit handlers, releases what the program's namespace holds
+   (`release_program`): `multiprocessing`, which torch imports, keeps the `__main__` module of
+   its first import alive as `__mp_main__` — the program's — so a DDP model (and through it the
+   gloo process group, after `destroy_process_group()` too) lived on into the interpreter's
+   finalisation and died there, SIGABRT as above, about one job in 30 on a loaded machine;
+4. exits with the program's status: 0, the code of a `SystemExit` (`sys.exit(3)` -> 3, a message
    -> printed, 1), or 1 after printing an exception's traceback once (130 for Ctrl-C).
 
 The launchers (`schedulearn.executors.launch`) run every Python script of a job through it —
@@ -371,8 +376,51 @@ def finish(status: int):  # NoReturn
     raise SystemExit(status)
 
 
+#: namespaces `release_program` releases besides runpy's module (`release_at_exit`)
+_RELEASE: list = []
+
+
+def release_at_exit(namespace: dict) -> None:
+    """Have `release_program` release `namespace` too: the globals of a program that runs in
+    its script's own `__main__` rather than in runpy's module (the magics' cell does)."""
+    _RELEASE.append(namespace)
+
+
+def release_program() -> None:
+    """Release what the program's namespace holds and collect it, so that it is destroyed now,
+    while the interpreter is whole, not in its finalisation — a DDP model holds its process
+    group after `destroy_process_group()` too, and a gloo group destroyed in the finalisation
+    aborted about one job in 30. The namespace is runpy's module for the program, which
+    `multiprocessing` (torch imports it) keeps in `sys.modules` as `__mp_main__` when the
+    program first imported it, and those given to `release_at_exit`; its names are deleted, the
+    dunder ones kept (as the interpreter's own teardown keeps `__builtins__` to the last).
+    Registered with `atexit` before the program runs, so it runs after the program's exit
+    handlers (and `multiprocessing`'s), which may still use the globals. Never raises."""
+    import gc
+
+    try:
+        main = sys.modules.get("__main__")
+        spaces = list(_RELEASE)
+        for name, module in list(sys.modules.items()):
+            if module is not main and getattr(module, "__name__", None) == "__main__":
+                sys.modules[name] = main  # what multiprocessing would have found in the first place
+                spaces.append(vars(module))
+        module = None
+        for space in spaces:
+            for key in [k for k in space if not (k.startswith("__") and k.endswith("__"))]:
+                space.pop(key, None)
+        spaces = space = None
+        if not gc.get_freeze_count():  # a stopped program froze the heap: no collection then
+            gc.collect()
+    except Exception as e:  # noqa: BLE001 - at exit: nothing to do about it but say so
+        _warn(f"releasing the program at exit failed: {type(e).__name__}: {e}")
+
+
 def call(fn, *args, **kwargs):  # NoReturn
     """Run `fn(*args, **kwargs)` as a program: whatever happens, `finish` with its status."""
+    import atexit
+
+    atexit.register(release_program)  # before the program's: runs after them
     prefix_ranks()
     after_import("torch.distributed", _prepare_distributed)
     try:

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernel_magics"))
 from schedulearn_magics import bundle  # noqa: E402
 from schedulearn_magics.bundle import BundleError, detect_launcher  # noqa: E402
 
+from tests.conftest import HELD_TO_EXIT  # noqa: E402
+
 
 @pytest.mark.parametrize(
     ("source", "expected"),
@@ -133,6 +135,16 @@ def test_the_cell_ends_like_every_job_and_signs_its_result(tmp_path: Path) -> No
     data = (tmp_path / "d" / bundle.RESULT_FILE).read_bytes()
     assert pickle.loads(data) == 1
     assert (tmp_path / "d" / "result.pkl.hmac").read_text() == run.result_mac("k-123", data)
+
+
+def test_what_the_cell_holds_is_released_after_its_exit_handlers(tmp_path: Path) -> None:
+    """The cell runs in the script's own globals: a DDP model there held its gloo group into the
+    interpreter's finalisation (an abort about one job in 30); the runner releases the cell's
+    names after the cell's exit handlers, which still see them, and before the interpreter
+    finalises (`schedulearn.run.release_program`)."""
+    proc = run_script(bundle.build_script(HELD_TO_EXIT), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "exit handler sees Held\nreleased before finalizing\n", (proc.stdout, proc.stderr)
 
 
 def test_unpicklable_result_fails_clearly(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "traces"  # in the repository: a plain clone is self-sufficient
+IN_CI = os.environ.get("CI", "").lower() == "true"
 
 #: A program (or cell) holding an object until exit, as a DDP model holds its process group: it
 #: prints what its exit handler sees, then whether the object went before the interpreter
@@ -22,8 +24,6 @@ HELD_TO_EXIT = (
     "        write(1, b'released ' + when + b' finalizing\\n')\n"
     "held = Held()\n"
     "atexit.register(lambda: print('exit handler sees', type(held).__name__, flush=True))\n")
-TRACES = ROOT / "traces"  # in the repository: a plain clone is self-sufficient
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 pytest_plugins = [
     "tests.fixtures.postgres",

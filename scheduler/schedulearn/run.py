@@ -405,11 +405,9 @@ def release_program() -> None:
             if module is not main and getattr(module, "__name__", None) == "__main__":
                 sys.modules[name] = main  # what multiprocessing would have found in the first place
                 spaces.append(vars(module))
-        module = None
         for space in spaces:
             for key in [k for k in space if not (k.startswith("__") and k.endswith("__"))]:
                 space.pop(key, None)
-        spaces = space = None
         if not gc.get_freeze_count():  # a stopped program froze the heap: no collection then
             gc.collect()
     except Exception as e:  # noqa: BLE001 - at exit: nothing to do about it but say so

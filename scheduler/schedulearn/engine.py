@@ -484,14 +484,17 @@ class Engine:
             elif job not in moving:
                 keep = shrink(job.alloc, n)
                 self._resize(job, keep, now, freed=_minus(job.alloc, keep))
-        if not self.executor.confirms_release:  # their GPUs are free now: for all to share
-            for job in moving:
+        olds: dict[Job, Allocation] = {}
+        if not self.executor.confirms_release:  # their GPUs are free now: for all to share,
+            for job in moving:  # and out of their books, which never list a GPU of the pool
+                olds[job] = job.alloc
                 self.pool.give(job.alloc)
+                job.set_alloc({}, now)
         for job, n in chosen.items():
             if job.state is JobState.queued:
                 self._start(job, n, now)
             elif job in moving:
-                self._move(job, n, now)
+                self._move(job, n, now, olds.get(job))
             elif n > size.get(job.id, n):
                 extra = policy.place(job, n - job.size, self.pool)
                 if extra is not None:
@@ -501,14 +504,16 @@ class Engine:
                         self.pool.give(extra)
                         raise
 
-    def _move(self, job: Job, n: int, now: float) -> None:
+    def _move(self, job: Job, n: int, now: float, old: Allocation | None = None) -> None:
         """`job` restarts on n GPUs, placed anew (`Policy.move`): a restart costs the same wherever
         it lands, and keeping the hosts a job had piece by piece scatters it. Where the executor
         confirms that an old run is gone (`confirms_release`), only the job itself may reuse its
         GPUs: they return to the pool for its own placement alone, and those it leaves are held
-        until its old run exits; elsewhere they are already free (`_full_round`)."""
-        old, hold = job.alloc, self.executor.confirms_release
-        if hold:
+        until its old run exits; elsewhere they are already free and out of its books
+        (`_full_round`), and `old` says where it ran."""
+        hold = self.executor.confirms_release
+        if old is None:
+            old = job.alloc
             self.pool.give(old)
         new = self.policy.move(job, n, self.pool) if n <= self.pool.total else None
         if new is None:  # (GPUs of stopping jobs not yet free) it stays, on what is still free
@@ -517,12 +522,14 @@ class Engine:
             if not new:  # nothing of it is left: stopped, its old run frees nothing
                 job.set_alloc({}, now)
                 self._preempt(job, now)
+            if new == old:
+                job.set_alloc(old, now)  # (unchanged where its books kept it)
             if new == old or not new:
                 return
         freed = _minus(old, new)
         if hold:
             self.pool.take(freed)  # (`_resize` holds them)
-        self._resize(job, new, now, freed=freed if hold else None)
+        self._resize(job, new, now, freed=freed if hold else None, old=old)
 
     def _preempt(self, job: Job, now: float) -> None:
         self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
@@ -557,14 +564,15 @@ class Engine:
         self._track(job)
         self._changed(job, "started", now, gpus=job.size)
 
-    def _resize(self, job: Job, alloc: Allocation, now: float, freed: Allocation | None = None) -> None:
+    def _resize(self, job: Job, alloc: Allocation, now: float, freed: Allocation | None = None,
+                old: Allocation | None = None) -> None:
         """`job` runs on `alloc` from now: in place where the job asks for it and the executor can
         (`Executor.resizes_in_place`: the framework adds or removes workers; `job.restarts` does
         not change), else a checkpoint-restart by the executor (`job.restarts` + 1). `freed`: the
         GPUs a shrink gives up; with an executor that confirms that the run no longer uses them
         (the old run's exit, or the removed workers' end) they stay out of the pool
-        (`job.releasing`) until `run_released`."""
-        old = job.alloc
+        (`job.releasing`) until `run_released`. `old`: where it ran, if its books no longer say."""
+        old = job.alloc if old is None else old
         in_place = job.spec.in_place and self.executor.resizes_in_place(job, alloc)
         hold = bool(freed) and self.executor.confirms_release
         run = job.restarts + (0 if in_place else 1)

@@ -1,6 +1,9 @@
-"""Properties over random traces and clusters (hypothesis): no GPU is ever held by two jobs,
-the free pool and the allocations always partition the cluster, every job ends in a final state,
-and FIFO never starts a later job before an earlier one."""
+"""Properties over random traces and clusters (hypothesis), under every policy (some jobs elastic,
+some with deadlines): no GPU is ever held by two jobs, the free pool and the allocations always
+partition the cluster, every job ends in a final state, and FIFO never starts a later job before
+an earlier one. (With the elastic policies that resize by restarts, 300 examples found the
+engine's double-listed GPUs of 2026-11-26 in two runs of four; the four policies before, 80
+examples, once in a day of CI.)"""
 
 from __future__ import annotations
 
@@ -13,12 +16,12 @@ from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 
-POLICIES = ["fifo", "elastic-fifo", "round-robin", "las"]
-SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+POLICIES = ["fifo", "elastic-fifo", "round-robin", "las", "goodput", "qoe", "edf"]
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
-def scenarios(draw, priorities=True, elastic=True):
+def scenarios(draw, priorities=True, elastic=True, deadlines=True):
     hosts = draw(st.integers(1, 4))
     per_host = draw(st.integers(1, 4))
     total = hosts * per_host
@@ -32,6 +35,8 @@ def scenarios(draw, priorities=True, elastic=True):
             extra["max_gpus"] = draw(st.integers(gpus, total))
         if priorities and draw(st.integers(0, 5)) == 0:
             extra["priority"] = 1
+        if deadlines and draw(st.integers(0, 2)) == 0:
+            extra["deadline"] = t + draw(st.sampled_from([5, 60, 600, 7200]))
         duration = draw(st.sampled_from([1, 5, 60, 61, 300, 3600, 7200]))
         jobs.append(TraceJob(t, JobSpec(name=f"j{i}", gpus=gpus, duration=duration, **extra), f"j{i}"))
     return hosts, per_host, jobs
@@ -132,7 +137,7 @@ def test_jobs_restarting_on_new_sizes_in_one_round_never_share_a_gpu_in_the_book
 
 
 @SETTINGS
-@given(scenarios(priorities=False, elastic=False), st.sampled_from(["fifo", "round-robin"]),
+@given(scenarios(priorities=False, elastic=False, deadlines=False), st.sampled_from(["fifo", "round-robin"]),
        st.sampled_from([None, 60.0]))
 def test_fifo_never_starts_a_later_job_before_an_earlier_one(scenario, policy, interval):
     hosts, per_host, jobs = scenario
@@ -143,7 +148,7 @@ def test_fifo_never_starts_a_later_job_before_an_earlier_one(scenario, policy, i
 
 
 @SETTINGS
-@given(scenarios(priorities=False, elastic=False))
+@given(scenarios(priorities=False, elastic=False, deadlines=False))
 def test_non_elastic_policies_agree_when_nothing_waits(scenario):
     # On a cluster big enough for every job at once, no policy makes anyone wait.
     hosts, per_host, jobs = scenario

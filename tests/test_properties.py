@@ -7,6 +7,7 @@ examples, it showed once, in a full-suite run.)"""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schedulearn import policies
@@ -65,7 +66,9 @@ class Checked(SimExecutor):
                 # (`starting`: the launch is recorded and under way; write-ahead, see the engine)
                 assert job.state in (JobState.starting, JobState.running), \
                     f"job {job.id} holds GPUs while {job.state.value}"
-            for node, idx in job.alloc.items():
+            assert not job.releasing or job.state is JobState.running, \
+                f"job {job.id} holds GPUs for an old run while {job.state.value}"
+            for node, idx in [*job.alloc.items(), *job.releasing.items()]:  # (`releasing`: old runs')
                 for i in idx:
                     other = held.setdefault((node, i), job.id)
                     assert other == job.id, f"GPU {node}/{i} held by jobs {other} and {job.id}"
@@ -89,21 +92,34 @@ class Checked(SimExecutor):
         super().stop(job, why, now)
 
 
-def run(hosts, per_host, jobs, policy, **kw):
-    executor = Checked(restart_penalty=kw.pop("restart_penalty", 0.0))
+class CheckedConfirming(Checked):
+    """The same, confirming that an old run is gone before its GPUs are free, as the live
+    executors do (`confirms_release`): a resized job's old run exits by the next step."""
+    confirms_release = True
+
+    def advance(self, now):
+        for job in list(self.engine.jobs.values()):
+            if job.releasing:
+                self.engine.run_released(job.id, now)
+                self.check()
+        super().advance(now)
+
+
+def run(hosts, per_host, jobs, policy, confirming=False, **kw):
+    executor = (CheckedConfirming if confirming else Checked)(restart_penalty=kw.pop("restart_penalty", 0.0))
     r = simulate(jobs, virtual_cluster(hosts, per_host), policy, executor=executor, **kw)
     return r, executor
 
 
 @SETTINGS
 @given(scenarios(), st.sampled_from(POLICIES), st.sampled_from([None, 60.0]), st.sampled_from([0.0, 30.0]),
-       st.sampled_from([60.0, 3600.0, 16 * 3600.0]))
-def test_no_gpu_is_held_twice_and_every_job_ends(scenario, policy, interval, penalty, threshold):
+       st.sampled_from([60.0, 3600.0, 16 * 3600.0]), st.booleans())
+def test_no_gpu_is_held_twice_and_every_job_ends(scenario, policy, interval, penalty, threshold, confirming):
     hosts, per_host, jobs = scenario
     if policy == "las":
         policy = policies.create("las")
         policy.threshold = threshold
-    r, executor = run(hosts, per_host, jobs, policy, interval=interval, restart_penalty=penalty)
+    r, executor = run(hosts, per_host, jobs, policy, confirming, interval=interval, restart_penalty=penalty)
     assert len(r.jobs) == len(jobs)
     assert all(j.state is JobState.succeeded for j in r.jobs), [j.state for j in r.jobs]
     assert executor.checks >= len(jobs) and not executor.broken
@@ -121,15 +137,17 @@ def test_no_gpu_is_held_twice_and_every_job_ends(scenario, policy, interval, pen
     assert 0 < r.metrics["gpu_utilization"] <= 1.0 + 1e-9
 
 
-def test_jobs_restarting_on_new_sizes_in_one_round_never_share_a_gpu_in_the_books():
+@pytest.mark.parametrize("confirming", [False, True])
+def test_jobs_restarting_on_new_sizes_in_one_round_never_share_a_gpu_in_the_books(confirming):
     """Found by the property above: when the two short jobs end, both elastic jobs grow by a
     checkpoint-restart in the same round, each placed anew while the other's GPUs are free for
-    both; the books listed those GPUs as the other's and as free, then gave them twice."""
+    both; the books listed those GPUs as the other's and as free, then gave them twice. (Where
+    old runs confirm their exit, each job's move may use only its own GPUs and the free ones.)"""
     specs = [JobSpec(name="a", gpus=1, max_gpus=2, duration=60),
              JobSpec(name="b", gpus=1, max_gpus=2, duration=60),
              JobSpec(name="c", gpus=1, duration=1), JobSpec(name="d", gpus=1, duration=1)]
     jobs = [TraceJob(0.0, spec, spec.name) for spec in specs]
-    r, executor = run(1, 4, jobs, "elastic-fifo", interval=None)
+    r, executor = run(1, 4, jobs, "elastic-fifo", confirming, interval=None)
     assert not executor.broken
     assert [j.restarts for j in r.jobs] == [1, 1, 0, 0]  # (both grew by a restart)
     assert all(j.state is JobState.succeeded for j in r.jobs)

@@ -522,9 +522,9 @@ class Engine:
             if not new:  # nothing of it is left: stopped, its old run frees nothing
                 job.set_alloc({}, now)
                 self._preempt(job, now)
-            if new == old:
-                job.set_alloc(old, now)  # (unchanged where its books kept it)
-            if new == old or not new:
+                return
+            if new == old:  # it stays where it is (its books back, where they were emptied)
+                job.set_alloc(old, now)
                 return
         freed = _minus(old, new)
         if hold:

@@ -65,4 +65,6 @@ def test_a_job_sees_the_allow_list_not_the_servers_environment(tmp_path: Path) -
         "C.UTF-8", "Europe/Zurich", str(tmp_path / "scratch"), "WARN")
     assert env["HOME"] == os.environ["HOME"]
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
-    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" and env["WORLD_SIZE"] == "1"  # the launcher's
+    assert env["WORLD_SIZE"] == "1"  # the launcher's
+    # one host: the workers share the agent's rendezvous store (no port picked by bind-and-close)
+    assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True" and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env

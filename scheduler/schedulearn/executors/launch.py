@@ -353,9 +353,10 @@ def build_workers(
             n = len(alloc[hosts[0]])
             argv = [*torchrun, "--standalone", f"--nproc-per-node={n}",
                     "--rdzv-conf=last_call_timeout=1", *target]
-            env = env_for(hosts[0])
-            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-            return [Worker(hosts[0], argv, env, tuple(alloc[hosts[0]]))]
+            # The workers share the agent's rendezvous store (bound once, kept open); with
+            # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torch would pick their store's port by binding
+            # port 0 and closing it, a race another socket can win (EADDRINUSE at start).
+            return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
         first = addresses.get(hosts[0], hosts[0])
         workers = []
         for rank, name in enumerate(hosts):

@@ -100,6 +100,34 @@ def test_a_family_tells_a_young_job_how_its_run_goes():
     assert path_times(other, estimate(other, 0.0, fresh), 8, 4, 0.0) is None
 
 
+def test_a_job_without_statistics_of_its_own_is_judged_by_its_familys():
+    """A job of the family that has reported nothing yet (queued, or before its first gradient
+    statistics) is judged by the family's statistics at the start of a run (EARLY), not taken
+    to scale its batch for free: its goodput at B on 8 GPUs is the throughput times EARLY's
+    efficiency. Its own statistics, once reported, take over; without a family, efficiency 1."""
+    done = Job(id=1, spec=_spec(), submit_time=0.0, state=JobState.succeeded)
+    ingest(done, _run_reports())
+    done.extra["work_k"] = K
+    history = History()
+    history.add(done)
+    young = Job(id=2, spec=_spec(), submit_time=0.0)
+    ingest(young, [{"t": 1, "num_gpus": 4, "batch_size": B, "step_time": _step(4), "init_batch_size": B0,
+                    "max_batch_size": B}])  # a step time, no gradient statistics yet
+    est = estimate(young, 2.0, history)
+    early = B0 * float(efficiency_gain(EARLY[0], EARLY[1], B, B0)) / B
+    assert list(est.grad) == list(EARLY)
+    assert est.goodput((4, 4)) / est.throughput((4, 4), B) == pytest.approx(early, rel=1e-9)
+    assert early < 0.5
+    alone = estimate(young, 2.0)  # no family
+    assert alone.grad is None and alone.goodput((4, 4)) / alone.throughput((4, 4), B) == pytest.approx(1.0)
+    ingest(young, [{"t": 3, "progress": 0.01, "num_gpus": 4, "batch_size": B, "step_time": _step(4),
+                    "init_batch_size": B0, "max_batch_size": B, "grad_sqr": 1.0, "grad_var": 3.0}])
+    own = estimate(young, 4.0, history)
+    assert list(own.grad) == [1.0, 3.0]
+    assert own.goodput((4, 4)) / own.throughput((4, 4), B) == pytest.approx(
+        B0 * float(efficiency_gain(1.0, 3.0, B, B0)) / B, rel=1e-9)
+
+
 def test_a_measured_placement_overrides_the_smooth_fit():
     """The fitted step-time model is smooth; where a (nodes, GPUs) pair was measured, its goodput
     is the measured one (here a second node 30 % slower than the model's shape allows)."""

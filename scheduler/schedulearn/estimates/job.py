@@ -5,9 +5,11 @@ and its reports (`estimates.reports`) — identically live and in simulation —
 
 * `Estimate` (reports): goodput = throughput x statistical efficiency, Pollux's definition.
   Throughput = global batch / step time from the fitted model (`estimates.throughput`);
-  efficiency from the reported gradient statistics (`efficiency`; 1 without them). For a job that
-  adapts its batch size, goodput on a placement is at the batch size that maximises it within the
-  job's bounds. Where nothing was measured, speed-up is linear (the fit has no data).
+  efficiency from the reported gradient statistics (`efficiency`) — until the job reports its
+  own, its family's at that point of their runs (`Prior.grad_path`: finished jobs'), else 1
+  (a job with neither is taken to scale its batch for free, which a young job seldom can). For
+  a job that adapts its batch size, goodput on a placement is at the batch size that maximises
+  it within the job's bounds. Where nothing was measured, speed-up is linear (the fit has no data).
   Exploration cap (`max_gpus`): twice the largest GPU count the job has reported, at least its
   minimum — a job grows by doubling as it is measured (Pollux).
   Work left: the declared progress (fraction done) and how fast it moved between reports on each
@@ -86,6 +88,9 @@ class Estimate:
         self.bmax = max(bounds.get("max_batch_size") or self.batch or self.b0, self.b0)
         self.lmax = bounds.get("max_local_bsz") or self.bmax
         self.grad = st.get("grad")
+        if self.grad is None and path:  # none of its own yet: the family's at this point of a run
+            here = rep.path_bin(st.get("progress") or 0.0)
+            self.grad = prior.grad_path[min(prior.grad_path, key=lambda b: (abs(b - here), b))]
         seen = max(st.get("max_gpus", 0), prior.max_gpus if prior is not None else 0)
         self.measured = seen
         self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))

@@ -6,14 +6,16 @@ at under half of a linear speed-up. On the real engine and simulator; estimates 
 from __future__ import annotations
 
 import pytest
-from schedulearn.estimates import ingest
-from schedulearn.model import Job, JobSpec, parse_cluster
+from schedulearn.estimates import estimate, ingest
+from schedulearn.estimates.predict import History
+from schedulearn.model import Job, JobSpec, JobState, parse_cluster
 from schedulearn.policies.base import RoundContext
 from schedulearn.policies.qoe import QoE
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 
 from tests.test_deadlines import _elastic
+from tests.test_estimates_path import EARLY, B, K, _run_reports, _step
 
 
 def _run(trace, policy):
@@ -85,3 +87,31 @@ def test_a_job_its_estimate_says_misses_narrowly_keeps_its_fastest_size():
     n, secs = needs(400.0)
     assert n == 8 and secs == pytest.approx(450.0, rel=0.01)
     assert needs(300.0) == (0, 0.0)
+
+
+def test_a_job_is_judged_inefficient_on_its_own_statistics_not_its_familys():
+    """A young adaptive job of a family whose runs start with small gradient noise (EARLY: large
+    batches barely help at first) has reported nothing yet: its estimate takes the family's
+    early statistics (8 GPUs under 1x one GPU's goodput), but its efficiency rises over its run,
+    so planning its deadline on 8 GPUs is judged at its throughput (6.5x: fine). Once it
+    reports the same statistics itself, with progress, 8 GPUs are under half of a linear
+    speed-up: no deadline planned there, and it is left to best effort for good."""
+    spec = JobSpec(name="train", user="ana", command=["train"], gpus=2, max_gpus=16, batch_size=B,
+                   adaptive_batch=True, deadline=5000.0)
+    done = Job(id=1, spec=spec, submit_time=0.0, state=JobState.succeeded)
+    ingest(done, [{**r, "max_batch_size": 4096} for r in _run_reports()])
+    done.extra["work_k"] = K
+    history = History()
+    history.add(done)
+    young = Job(id=2, spec=spec, submit_time=0.0)
+    ctx = RoundContext(10.0, [], [], {}, {}, {}, 16, history)
+    est = estimate(young, 10.0, history)
+    assert est.own_grad is None and list(est.grad) == list(EARLY)
+    assert est.curve(8, 4)[8] < 0.5 * 8 <= est.curve(8, 4, False)[8]
+    policy = QoE()
+    assert policy.efficient(young, ctx, 8, 4) and young.id not in policy._dropped
+    ingest(young, [{"t": 5, "progress": 0.02, "num_gpus": 2, "batch_size": B, "step_time": _step(2),
+                    "init_batch_size": 64, "max_batch_size": 4096, "grad_sqr": EARLY[0],
+                    "grad_var": EARLY[1]}])
+    assert not policy.efficient(young, ctx, 8, 4)
+    assert young.id in policy._dropped

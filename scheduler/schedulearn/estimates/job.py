@@ -87,7 +87,7 @@ class Estimate:
         self.b0 = bounds.get("init_batch_size") or spec.batch_size or self.batch or 1
         self.bmax = max(bounds.get("max_batch_size") or self.batch or self.b0, self.b0)
         self.lmax = bounds.get("max_local_bsz") or self.bmax
-        self.grad = st.get("grad")
+        self.grad = self.own_grad = st.get("grad")  # own_grad: what the job itself reported
         if self.grad is None and path:  # none of its own yet: the family's at this point of a run
             here = rep.path_bin(st.get("progress") or 0.0)
             self.grad = prior.grad_path[min(prior.grad_path, key=lambda b: (abs(b - here), b))]

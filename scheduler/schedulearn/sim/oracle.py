@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class OracleEstimate(Estimate):
     kind = "oracle"
+    own_grad = ()  # not None: judged at its true efficiency wherever a policy asks for its own
 
     def __init__(self, job: Job, model: Any, progress: float):
         self.model, self.true_progress = model, progress

@@ -60,6 +60,17 @@ def _run_reports(upto: float = 1.0, t0: float = 0.0) -> list[dict]:
     return out
 
 
+def family_history(spec: JobSpec | None = None, **extra) -> History:
+    """A history that holds one finished run of the recipe (`_run_reports`, each report updated
+    with `extra`)."""
+    done = Job(id=1, spec=spec or _spec(), submit_time=0.0, state=JobState.succeeded)
+    ingest(done, [{**r, **extra} for r in _run_reports()])
+    done.extra["work_k"] = K
+    history = History()
+    history.add(done)
+    return history
+
+
 def test_reports_keep_the_statistics_and_the_work_of_each_stretch_of_the_run():
     job = Job(id=1, spec=_spec(), submit_time=0.0)
     ingest(job, _run_reports())
@@ -75,11 +86,7 @@ def test_a_family_tells_a_young_job_how_its_run_goes():
     """A job of the family at 5 % of its run, having seen only the EARLY statistics: its time
     left on 8 GPUs follows the family's run — K per unit of progress at the EARLY goodput until
     half-way, at the LATE one after — not today's statistics to the end."""
-    done = Job(id=1, spec=_spec(), submit_time=0.0, state=JobState.succeeded)
-    ingest(done, _run_reports())
-    done.extra["work_k"] = K
-    history = History()
-    history.add(done)
+    history = family_history()
     young = Job(id=2, spec=_spec(), submit_time=0.0)
     ingest(young, _run_reports(upto=0.05))
     est = estimate(young, 0.0, history)
@@ -105,11 +112,7 @@ def test_a_job_without_statistics_of_its_own_is_judged_by_its_familys():
     statistics) is judged by the family's statistics at the start of a run (EARLY), not taken
     to scale its batch for free: its goodput at B on 8 GPUs is the throughput times EARLY's
     efficiency. Its own statistics, once reported, take over; without a family, efficiency 1."""
-    done = Job(id=1, spec=_spec(), submit_time=0.0, state=JobState.succeeded)
-    ingest(done, _run_reports())
-    done.extra["work_k"] = K
-    history = History()
-    history.add(done)
+    history = family_history()
     young = Job(id=2, spec=_spec(), submit_time=0.0)
     ingest(young, [{"t": 1, "num_gpus": 4, "batch_size": B, "step_time": _step(4), "init_batch_size": B0,
                     "max_batch_size": B}])  # a step time, no gradient statistics yet

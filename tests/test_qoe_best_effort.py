@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import pytest
 from schedulearn.estimates import estimate, ingest
-from schedulearn.estimates.predict import History
-from schedulearn.model import Job, JobSpec, JobState, parse_cluster
+from schedulearn.model import Job, JobSpec, parse_cluster
 from schedulearn.policies.base import RoundContext
 from schedulearn.policies.qoe import QoE
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 
 from tests.test_deadlines import _elastic
-from tests.test_estimates_path import EARLY, B, K, _run_reports, _step
+from tests.test_estimates_path import EARLY, B, _step, family_history
 
 
 def _run(trace, policy):
@@ -98,11 +97,7 @@ def test_a_job_is_judged_inefficient_on_its_own_statistics_not_its_familys():
     speed-up: no deadline planned there, and it is left to best effort for good."""
     spec = JobSpec(name="train", user="ana", command=["train"], gpus=2, max_gpus=16, batch_size=B,
                    adaptive_batch=True, deadline=5000.0)
-    done = Job(id=1, spec=spec, submit_time=0.0, state=JobState.succeeded)
-    ingest(done, [{**r, "max_batch_size": 4096} for r in _run_reports()])
-    done.extra["work_k"] = K
-    history = History()
-    history.add(done)
+    history = family_history(spec, max_batch_size=4096)
     young = Job(id=2, spec=spec, submit_time=0.0)
     ctx = RoundContext(10.0, [], [], {}, {}, {}, 16, history)
     est = estimate(young, 10.0, history)

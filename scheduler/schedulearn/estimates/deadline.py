@@ -30,7 +30,7 @@ import numpy as np
 from ..model import Job, JobState
 from ..placement import placement_shape
 from .job import Estimate, estimate
-from .reports import PATH_BINS, path_bin
+from .reports import PATH_BINS, nearest, path_bin
 
 #: seconds a (re)start costs before a job makes progress, where nothing says otherwise
 RESTART_S = 30.0
@@ -177,7 +177,7 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
     p = est.progress or 0.0
     last = est.st.get("last")
     if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
-        k = _nearest(prior.work_path, path_bin(p))
+        k = nearest(prior.work_path, path_bin(p))
         p = min(p + (now - last[0]) * est.goodput(placement_shape(job.alloc)) / k, 1.0)
     cache = est.path_goodputs
     total = np.zeros(top)
@@ -190,12 +190,7 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
         key = (top, per_node, "own" if own_now else b)
         g = cache.get(key)
         if g is None:
-            grad = est.grad if own_now else _nearest(prior.grad_path, b)
+            grad = est.grad if own_now else nearest(prior.grad_path, b)
             g = cache[key] = est.goodputs(top, per_node, grad)
-        total += frac * _nearest(prior.work_path, b) / np.where(g > 0, g, np.nan)
+        total += frac * nearest(prior.work_path, b) / np.where(g > 0, g, np.nan)
     return [math.inf] + [x if math.isfinite(x) else math.inf for x in total.tolist()]
-
-
-def _nearest(path: dict[int, Any], b: int) -> Any:
-    """The entry of `path` for stretch b, else the nearest stretch's (the earlier on a tie)."""
-    return path[min(path, key=lambda x: (abs(x - b), x))]

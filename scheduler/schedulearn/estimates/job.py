@@ -89,8 +89,7 @@ class Estimate:
         self.lmax = bounds.get("max_local_bsz") or self.bmax
         self.grad = self.own_grad = st.get("grad")  # own_grad: what the job itself reported
         if self.grad is None and path:  # none of its own yet: the family's at this point of a run
-            here = rep.path_bin(st.get("progress") or 0.0)
-            self.grad = prior.grad_path[min(prior.grad_path, key=lambda b: (abs(b - here), b))]
+            self.grad = rep.nearest(prior.grad_path, rep.path_bin(st.get("progress") or 0.0))
         seen = max(st.get("max_gpus", 0), prior.max_gpus if prior is not None else 0)
         self.measured = seen
         self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))

@@ -170,6 +170,12 @@ def path_bin(progress: float) -> int:
     return min(max(int(progress * PATH_BINS), 0), PATH_BINS - 1)
 
 
+def nearest(path: dict[int, Any], b: int) -> Any:
+    """The entry of `path` (by stretch) for stretch b, else the nearest stretch's (the earlier on
+    a tie)."""
+    return path[min(path, key=lambda x: (abs(x - b), x))]
+
+
 def efficiency(st: dict[str, Any], batch: int | None) -> float:
     """Statistical efficiency of a step at global batch `batch` by the gradient statistics known
     now (the job's latest): progress per sample relative to the initial batch size's, Pollux's

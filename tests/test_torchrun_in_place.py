@@ -13,11 +13,16 @@ each agent's worker sees its own GPU, and the model ends equal to an unresized r
 from __future__ import annotations
 
 import asyncio
+import datetime
+import errno
 import json
+import os
 import re
+import socket
 import sys
 import time
 
+import pytest
 from schedulearn import pauses
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors import launch, torchrun_elastic
@@ -62,6 +67,39 @@ def test_torchrun_in_place_runs_one_elastic_agent_per_gpu_under_the_supervisor(t
         assert a[-5:] == ["schedulearn-slot", "py", torchrun_elastic.PREWARM, "py", "x.py"]
     assert "is_host=1" in next(x for x in a0 if x.startswith("--rdzv-conf="))  # slot 0 hosts the store
     assert "is_host=0" in next(x for x in a1 if x.startswith("--rdzv-conf="))
+
+
+def test_the_rendezvous_port_is_held_from_its_pick_until_the_store_listens_on_it(tmp_path, monkeypatch):
+    """The supervisor picks the rendezvous port by binding a socket, and that socket stays
+    listening until the slot-0 agent's store takes it over (TCPStore's `master_listen_fd`): no
+    other socket can take the port in between. (A port picked by binding and closing a socket
+    was free again for the seconds the agent spends importing torch: EADDRINUSE, the job
+    failing at start.) The store really serves on the socket it is handed."""
+    require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
+    sup = torchrun_elastic.Supervisor(str(tmp_path), "1:2", ["py", "x.py"])
+    try:
+        with socket.socket() as other, pytest.raises(OSError) as taken:
+            other.bind(("127.0.0.1", sup.port))
+        assert taken.value.errno == errno.EADDRINUSE
+        fd = sup.listener.fileno()
+        a0 = torchrun_elastic.agent_argv("py", 0, "1:2", sup.port, "rid", ["py", "x.py"], fd)
+        assert a0[4] == f"{torchrun_elastic.LISTEN_FD_FLAG}={fd}"  # agent() reads it first
+        assert torchrun_elastic.LISTEN_FD_FLAG not in " ".join(
+            torchrun_elastic.agent_argv("py", 1, "1:2", sup.port, "rid", ["py", "x.py"]))
+
+        from torch.distributed import TCPStore
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+        monkeypatch.setattr(backend, "TCPStore", backend.TCPStore)  # undone after the test
+        torchrun_elastic._host_on(os.dup(fd))  # the store owns (and closes) the copy it is given
+        params = RendezvousParameters("c10d", f"127.0.0.1:{sup.port}", "rid", 1, 2, is_host=True)
+        host = backend._create_tcp_store(params)  # what the slot-0 agent's rendezvous creates
+        host.set("k", "v")
+        peer = TCPStore("127.0.0.1", sup.port, is_master=False, timeout=datetime.timedelta(seconds=10))
+        assert peer.get("k") == b"v"
+    finally:
+        sup.listener.close()
 
 
 def test_a_torchrun_resize_is_in_place_only_when_the_slots_keep_their_gpus_and_the_last_one_took_effect():

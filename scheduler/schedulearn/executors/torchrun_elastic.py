@@ -98,6 +98,8 @@ AGENT_ENV = {"SCHEDULEARN_NUM_NODES": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE":
 #: an unmeasured resize in place younger than this (seconds) keeps the next one from being in
 #: place: a round may still be forming (see `resizable`)
 SETTLE_S = 60.0
+#: `agent`'s first argument where it hosts the rendezvous store on a socket it is handed
+LISTEN_FD_FLAG = "--schedulearn-listen-fd"
 
 
 def supervisor_argv(python: str, job_dir: str, nnodes: tuple[int, int], command: list[str]) -> list[str]:
@@ -120,10 +122,15 @@ def resizable(old: list[int], new: list[int], pending: dict | None, now: float) 
     return not (pending and pending.get("in_place") and now - float(pending.get("t", 0)) < SETTLE_S)
 
 
-def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, command: list[str]) -> list[str]:
-    """One GPU's torchrun elastic agent (through `agent`, which leaves the rendezvous on SIGTERM)."""
+def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, command: list[str],
+               listen_fd: int | None = None) -> list[str]:
+    """One GPU's torchrun elastic agent (through `agent`, which leaves the rendezvous on SIGTERM).
+    `listen_fd`: for slot 0, the host of the rendezvous store, the supervisor's socket already
+    listening at `port`, which the store takes over (see `agent`)."""
     conf = f"{RDZV_CONF},is_host={1 if slot == 0 else 0}"
-    return [python, "-u", SCRIPT, "agent", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+    fd = [f"{LISTEN_FD_FLAG}={listen_fd}"] if listen_fd is not None else []
+    return [python, "-u", SCRIPT, "agent", *fd, f"--nnodes={nnodes}", "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
             f"--max-restarts={AGENT_MAX_RESTARTS}", f"--monitor-interval={MONITOR_INTERVAL}", "--no-python",
             "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", python, PREWARM, *command]
@@ -134,11 +141,15 @@ def agent(argv: list[str]) -> None:
     """`torch.distributed.run` with `argv`; on SIGTERM (a shrink, or the job stopped) its
     worker is stopped as torchrun does, then this node leaves the rendezvous, so that the next
     round starts at once instead of after its heartbeats expire. (torchrun has no public call
-    for leaving; where its private one is missing the round waits for the heartbeats.)"""
+    for leaving; where its private one is missing the round waits for the heartbeats.) With
+    `--schedulearn-listen-fd=N` first, the rendezvous store it hosts listens on that socket."""
     import torch.distributed.elastic.rendezvous.registry as registry
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
+    if argv and argv[0].startswith(LISTEN_FD_FLAG + "="):
+        _host_on(int(argv[0].split("=", 1)[1]))
+        argv = argv[1:]
     handlers = []
     get = registry.get_rendezvous_handler
 
@@ -156,6 +167,22 @@ def agent(argv: list[str]) -> None:
         for handler in handlers:
             _leave(handler)
         raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _host_on(fd: int) -> None:
+    """The rendezvous store this agent hosts takes over the listening socket `fd` (TCPStore's
+    `master_listen_fd`) instead of binding its port anew: the port stays held from the
+    supervisor's bind on, so no other socket can take it while this agent imports torch."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    store = backend.TCPStore
+
+    def tcp_store(host, port, *args, is_master=False, **kwargs):
+        if is_master:
+            kwargs.setdefault("master_listen_fd", fd)
+        return store(host, port, *args, is_master=is_master, **kwargs)
+
+    backend.TCPStore = tcp_store
 
 
 def _leave_first(handlers: list) -> None:
@@ -257,10 +284,14 @@ def _leave(handler) -> None:
 
 
 # -- the supervisor -------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listener() -> socket.socket:
+    """A socket listening on a free port of 127.0.0.1, for the rendezvous store: handed to the
+    slot-0 agent and kept open until then (a port picked by binding and closing a socket could be
+    taken by another socket before the store binds it: EADDRINUSE, the job failing at start)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(socket.SOMAXCONN)
+    return s
 
 
 def _read_gpus(job_dir: str) -> list[str] | None:
@@ -287,7 +318,8 @@ def _say(text: str) -> None:
 class Supervisor:
     def __init__(self, job_dir: str, nnodes: str, command: list[str]):
         self.job_dir, self.nnodes, self.command = job_dir, nnodes, command
-        self.port = _free_port()
+        self.listener: socket.socket | None = _listener()  # until the slot-0 agent has it
+        self.port = self.listener.getsockname()[1]
         self.run_id = (f"schedulearn-{os.environ.get('SCHEDULEARN_JOB_ID', '0')}-"
                        f"{os.environ.get('SCHEDULEARN_RESTART_COUNT', '0')}")
         self.agents: dict[int, subprocess.Popen] = {}  # slot -> its agent
@@ -304,8 +336,12 @@ class Supervisor:
                 os.unlink(os.path.join(self.job_dir, WORKERS_DIR, name))
             except OSError:
                 pass
-        self.agents[slot] = subprocess.Popen(
-            agent_argv(sys.executable, slot, self.nnodes, self.port, self.run_id, self.command), env=env)
+        fd = self.listener.fileno() if slot == 0 and self.listener is not None else None
+        argv = agent_argv(sys.executable, slot, self.nnodes, self.port, self.run_id, self.command, fd)
+        self.agents[slot] = subprocess.Popen(argv, env=env, pass_fds=() if fd is None else (fd,))
+        if fd is not None:  # the agent's copy is the store's now
+            self.listener.close()
+            self.listener = None
         self.resizes[slot] = 0
 
     def apply(self, gpus: list[str]) -> None:

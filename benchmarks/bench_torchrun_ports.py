@@ -13,12 +13,20 @@ one-host jobs (`schedulearn.executors.launch`): the workers share the agent's re
     .venv/bin/python benchmarks/bench_torchrun_ports.py --jobs 36 --parallel 3 --ports 61
 
 Each job: `torchrun --standalone --nproc-per-node 2` of a gloo program (20 all-reduces).
+
+`--in-place`: jobs resized in place instead (`schedulearn.executors.torchrun_elastic`'s
+supervisor, one elastic agent per GPU, 2 GPUs), whose slot-0 agent hosts the rendezvous store on
+a port the supervisor picks: held (the supervisor's listening socket handed to the store, what it
+does now) against picked by binding and closing a socket (what it did until 2026-11-26: free
+again for the seconds the agent imports torch). Both keep the variable set (the agents' rounds
+need it), so their workers' store port is still a bind-and-close pick, once per round.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,6 +62,58 @@ def one(script: Path, share: bool, timeout: float) -> str:
     return "EADDRINUSE" if "EADDRINUSE" in p.stderr + p.stdout else "failed"
 
 
+#: the supervisor as it was: the port picked, then let go until the slot-0 agent binds it
+OLD_SUPERVISOR = """\
+import sys
+from schedulearn.executors import torchrun_elastic as t
+init = t.Supervisor.__init__
+def picked_and_let_go(self, *args):
+    init(self, *args)
+    self.listener.close()
+    self.listener = None
+t.Supervisor.__init__ = picked_and_let_go
+t.main(sys.argv[1:])
+"""
+
+
+def one_in_place(script: Path, held: bool, timeout: float) -> str:
+    """'ok', 'EADDRINUSE (rendezvous)', "EADDRINUSE (workers' store)", 'hung' or 'failed' for one
+    job under the in-place supervisor."""
+    from schedulearn.executors import torchrun_elastic
+
+    with tempfile.TemporaryDirectory() as job_dir:
+        Path(job_dir, torchrun_elastic.GPUS_FILE).write_text("0,1\n")
+        env = dict(os.environ, SCHEDULEARN_JOB_DIR=job_dir)
+        head = [torchrun_elastic.SCRIPT] if held else ["-c", OLD_SUPERVISOR]
+        argv = [sys.executable, "-u", *head, "supervise", "--job-dir", job_dir, "--nnodes", "1:2", "--",
+                sys.executable, str(script)]
+        log = Path(job_dir, "log")
+        with log.open("w") as f:  # a file, not a pipe: a stray worker cannot hold it open
+            p = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _stop(p)
+                return "hung"
+        out = log.read_text()
+    if p.returncode == 0:
+        return "ok"
+    if "EADDRINUSE" not in out:
+        return "failed"
+    return "EADDRINUSE (rendezvous)" if "c10d_rendezvous_backend" in out else "EADDRINUSE (workers' store)"
+
+
+def _stop(p: subprocess.Popen) -> None:
+    """Stop a hung job as the executor does: SIGTERM to its process group (the supervisor passes
+    it on; workers forked by the prewarm server are in sessions of their own), then SIGKILL."""
+    os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=36, help="jobs per setting (default 36)")
@@ -61,6 +121,8 @@ def main() -> None:
     ap.add_argument("--ports", type=int, default=0,
                     help="narrow the ephemeral port range to this many ports from 40000 (root; 0: leave it)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a job counts as hung")
+    ap.add_argument("--in-place", action="store_true",
+                    help="jobs resized in place (the rendezvous port: held, or picked and let go)")
     args = ap.parse_args()
     old = RANGE.read_text() if args.ports else None
     if args.ports:
@@ -69,15 +131,21 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             script = Path(tmp) / "train.py"
             script.write_text(PROGRAM)
-            settings = ((False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"), (True, "shared store (unset)"))
-            for share, label in settings:
+            if args.in_place:
+                run, settings = one_in_place, ((False, "in place, port picked and let go"),
+                                               (True, "in place, port held (listening socket)"))
+            else:
+                run, settings = one, ((False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"),
+                                      (True, "shared store (unset)"))
+            for flag, label in settings:
                 t0 = time.monotonic()
                 with ThreadPoolExecutor(args.parallel) as pool:
-                    got = list(pool.map(one, [script] * args.jobs, [share] * args.jobs,
+                    got = list(pool.map(run, [script] * args.jobs, [flag] * args.jobs,
                                         [args.timeout] * args.jobs))
-                bad = {k: got.count(k) for k in ("EADDRINUSE", "hung", "failed") if got.count(k)}
+                bad = {k: got.count(k) for k in sorted(set(got) - {"ok"})}
                 print(f"{label:40s} {args.jobs - got.count('ok'):3d} of {args.jobs} failed {bad or ''}"
                       f"  ({time.monotonic() - t0:.0f} s)", flush=True)
+                subprocess.run(["pkill", "-KILL", "-f", str(script)], check=False)  # strays of hung jobs
     finally:
         if old is not None:
             RANGE.write_text(old)

@@ -245,6 +245,35 @@ def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path):
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "horovod"])
+def test_a_cancelled_job_leaves_no_worker_behind(tmp_path, launcher):
+    """torchrun and horovodrun start each worker in a session of its own, outside the run's
+    process group: a worker that ignores SIGTERM outlived the group's SIGKILL after the grace
+    (its launcher killed before it had stopped it), held its GPU, and the GPU went to the next
+    job. The executor finds the run's processes by the marks in their environment and stops
+    them too, before the run ends; the job's log says so."""
+    require(_has("torch"), "torch is not installed (scripts/setup.sh installs it)")
+    if launcher == "horovod":
+        require(_has("horovod.torch"), "horovod is not installed (scripts/setup.sh builds it)")
+
+    async def main():
+        async with live(tmp_path, grace=1.0) as (eng, ex):
+            job = eng.submit({"command": ["python", str(JOBS / "sigterm_job.py"), "ignore"],
+                              "launcher": launcher})
+            ready = await wait_for(lambda: re.search(r"ready pgid=(\d+)", ex.logs(job.id)), 60,
+                                   "the worker to start")
+            worker = int(ready.group(1))  # its own session's leader
+            assert worker != ex.pid(job.id)  # not in the run's process group
+            eng.cancel(job.id)
+            await wait_for(final(eng, job.id), 20, "the job to end")
+            assert job.state is JobState.cancelled
+            assert group_gone(worker), "the worker outlived its job"
+            assert "left outside its process group" in ex.logs(job.id)
+            assert eng.pool.total == 4
+
+    asyncio.run(main())
+
+
 def test_terminate_all_during_a_resize_starts_no_next_run(tmp_path):
     """`terminate_all` (shutdown, a test's teardown) while a resize waits for the old run to go:
     the next run must not start after it (it would outlive the server)."""

@@ -314,22 +314,49 @@ class LocalExecutor(RunExecutor):
 
     def _drain_group(self, run: _Run) -> None:
         """After the leader's exit: what is left of its process group goes too (SIGTERM, then
-        SIGKILL at the stop's deadline, or half a second on a normal exit)."""
+        SIGKILL at the stop's deadline, or half a second on a normal exit), then what is left of
+        the run outside it (`_end_strays`)."""
         pgid = run.pid
-        if not _group_alive(pgid):
-            return
         deadline = run.deadline if run.deadline is not None else time.monotonic() + 0.5
-        if run.stopping is None:
-            _killpg(pgid, signal.SIGTERM)
-        while _group_alive(pgid):
-            if time.monotonic() >= deadline:
-                _killpg(pgid, signal.SIGKILL)
-                run.killed = True
-                end = time.monotonic() + 5
-                while _group_alive(pgid) and time.monotonic() < end:
-                    time.sleep(0.01)
-                return
-            time.sleep(0.02)
+        if _group_alive(pgid):
+            if run.stopping is None:
+                _killpg(pgid, signal.SIGTERM)
+            while _group_alive(pgid):
+                if time.monotonic() >= deadline:
+                    _killpg(pgid, signal.SIGKILL)
+                    run.killed = True
+                    end = time.monotonic() + 5
+                    while _group_alive(pgid) and time.monotonic() < end:
+                        time.sleep(0.01)
+                    break
+                time.sleep(0.02)
+        self._end_strays(run, deadline)
+
+    def _end_strays(self, run: _Run, deadline: float) -> None:
+        """The run's processes outside its process group, by the marks in their environment
+        (`_strays`): torchrun and Horovod start each worker in a session of its own, so a worker
+        that its launcher did not stop before the launcher was killed (one that ignores or
+        outlasts SIGTERM: a hung collective, a long save) outlived the group's SIGKILL, held its
+        GPU, and the GPU was given to the next job. They get SIGTERM, then SIGKILL at the
+        deadline (at once if it has passed); the job's log says so."""
+        marks = _run_marks(self.job_dir(run.job_id), run.restarts)
+        left = _strays(marks)
+        if not left:
+            return
+        self._append_log(run, f"schedulearn: stopping {len(left)} process(es) of the run left outside its "
+                              f"process group (pids {', '.join(map(str, left))})\n")
+        log.warning("job %s: stopping processes left outside the run's process group: %s", run.job_id, left)
+        for pid in left:
+            _kill(pid, signal.SIGTERM)
+        while (left := _strays(marks)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if left:
+            for pid in left:
+                _kill(pid, signal.SIGKILL)
+            run.killed = True
+            end = time.monotonic() + 5
+            while _strays(marks) and time.monotonic() < end:
+                time.sleep(0.01)
 
     def _signal(self, run: Run, sig: int) -> None:
         assert isinstance(run, _Run)
@@ -443,6 +470,40 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run_marks(job_dir: Path, restarts: int) -> tuple[bytes, bytes]:
+    """What every process of a run has in its environment (`launch.job_env`): its job's
+    directory and its restart count (a later run of the job has another)."""
+    return f"SCHEDULEARN_JOB_DIR={job_dir}".encode(), f"SCHEDULEARN_RESTART_COUNT={restarts}".encode()
+
+
+def _strays(marks: tuple[bytes, ...]) -> list[int]:
+    """Live processes whose environment (as they were started: `/proc/<pid>/environ`) holds
+    every one of `marks`; where it cannot be read (another user's, without the privilege to
+    stop it either) the process is not counted."""
+    found = []
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(m in env for m in marks):
+            fields = _stat_fields(int(entry.name))
+            if fields and fields[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -20,16 +20,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from schedulearn.executors.launch import RUNNER
 
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "gns_train.py"
 BIN = Path(sys.executable).parent
-#: Jobs run through the job runner, as the launchers run them: it ends a gloo rank cleanly (a rank
-#: that finalises with a live process group aborts at exit now and then; see schedulearn.run).
-RUNNER = str(ROOT / "scheduler" / "schedulearn" / "run.py")
 TOLERANCE = 0.10
+# The jobs run through the job runner (RUNNER), as the launchers run them: it ends a gloo rank
+# cleanly (a rank that finalises with a live process group aborts at exit now and then).
 
 
 def _has(module: str) -> bool:

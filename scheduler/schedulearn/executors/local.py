@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -356,7 +356,7 @@ class LocalExecutor(RunExecutor):
             run.killed = True
             end = time.monotonic() + 5
             while _strays(marks) and time.monotonic() < end:
-                time.sleep(0.01)
+                time.sleep(0.05)
 
     def _signal(self, run: Run, sig: int) -> None:
         assert isinstance(run, _Run)
@@ -491,19 +491,22 @@ def _strays(marks: tuple[bytes, ...]) -> list[int]:
     stop it either) the process is not counted."""
     found = []
     me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
+    for pid in _pids():
+        if pid == me:
             continue
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if all(m in env for m in marks):
-            fields = _stat_fields(int(entry.name))
-            if fields and fields[0] not in ("Z", "X"):
-                found.append(int(entry.name))
+        if all(m in env for m in marks) and not _is_zombie(pid):
+            found.append(pid)
     return found
+
+
+def _pids() -> Iterator[int]:
+    """The pids in /proc now."""
+    return (int(e.name) for e in os.scandir("/proc") if e.name.isdigit())
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -528,10 +531,8 @@ def _is_zombie(pid: int) -> bool:
 
 def _group_alive(pgid: int) -> bool:
     """Whether a live (non-zombie) process is left in process group `pgid`."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
+    for pid in _pids():
+        fields = _stat_fields(pid)
         if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             return True
     return False

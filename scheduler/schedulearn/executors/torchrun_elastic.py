@@ -130,8 +130,8 @@ def agent_argv(python: str, slot: int, nnodes: str, port: int, run_id: str, comm
     conf = f"{RDZV_CONF},is_host={1 if slot == 0 else 0}"
     fd = [f"{LISTEN_FD_FLAG}={listen_fd}"] if listen_fd is not None else []
     return [python, "-u", SCRIPT, "agent", *fd, f"--nnodes={nnodes}", "--nproc-per-node=1",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+            f"--rdzv-conf={conf}",
             f"--max-restarts={AGENT_MAX_RESTARTS}", f"--monitor-interval={MONITOR_INTERVAL}", "--no-python",
             "/bin/sh", "-c", _SLOT_WRAPPER, "schedulearn-slot", python, PREWARM, *command]
 

@@ -15,11 +15,17 @@ one-host jobs (`schedulearn.executors.launch`): the workers share the agent's re
 Each job: `torchrun --standalone --nproc-per-node 2` of a gloo program (20 all-reduces).
 
 `--in-place`: jobs resized in place instead (`schedulearn.executors.torchrun_elastic`'s
-supervisor, one elastic agent per GPU, 2 GPUs), whose slot-0 agent hosts the rendezvous store on
-a port the supervisor picks: held (the supervisor's listening socket handed to the store, what it
-does now) against picked by binding and closing a socket (what it did until 2026-11-26: free
-again for the seconds the agent imports torch). Both keep the variable set (the agents' rounds
-need it), so their workers' store port is still a bind-and-close pick, once per round.
+supervisor, one elastic agent per GPU, 2 GPUs). Their agents' rounds keep the variable set, so
+two ports are picked: the rendezvous store's, by the supervisor, and each round's workers' store,
+by the rank-0 agent. `--settings` (comma-separated) compares how:
+
+* `let-go`: the rendezvous port picked by binding and closing a socket (free again for the
+  seconds the slot-0 agent imports torch) and torch's bind-and-close pick of the workers' port
+  (until 2026-11-26);
+* `held`: the rendezvous port held (the supervisor's listening socket handed to the store), the
+  workers' port torch's pick (2026-11-26);
+* `outside`: held, and the workers' port picked outside the ephemeral range, checked free
+  (`torchrun_elastic.store_port`: what it does now).
 """
 
 from __future__ import annotations
@@ -62,29 +68,48 @@ def one(script: Path, share: bool, timeout: float) -> str:
     return "EADDRINUSE" if "EADDRINUSE" in p.stderr + p.stdout else "failed"
 
 
-#: the supervisor as it was: the port picked, then let go until the slot-0 agent binds it
-OLD_SUPERVISOR = """\
+#: the supervisor as it was before 2026-11-26 (with `LET_GO`): the rendezvous port picked, then let
+#: go until the slot-0 agent binds it; and until 2026-11-27 (with `TORCH_PICK`): the agents' own
+#: pick of their workers' store port (torch binding port 0 and closing the socket)
+SUPERVISOR = """\
 import sys
 from schedulearn.executors import torchrun_elastic as t
-init = t.Supervisor.__init__
-def picked_and_let_go(self, *args):
-    init(self, *args)
-    self.listener.close()
-    self.listener = None
-t.Supervisor.__init__ = picked_and_let_go
+if {let_go}:
+    init = t.Supervisor.__init__
+    def picked_and_let_go(self, *args):
+        init(self, *args)
+        self.listener.close()
+        self.listener = None
+    t.Supervisor.__init__ = picked_and_let_go
+if {torch_pick}:
+    t.SCRIPT = {agent!r}
 t.main(sys.argv[1:])
 """
+#: an agent with torch's own pick of its workers' store port
+TORCH_PICK_AGENT = """\
+import sys
+from schedulearn.executors import torchrun_elastic as t
+t._pick_store_ports_outside_ephemeral = lambda: None
+t.main(sys.argv[1:])
+"""
+#: the in-place settings: (rendezvous port let go, torch's pick of the workers' store port), label
+IN_PLACE = {"let-go": ((True, True), "rendezvous port let go, torch's pick"),
+            "held": ((False, True), "rendezvous port held, torch's pick"),
+            "outside": ((False, False), "held, workers' port outside ephemeral")}
 
 
-def one_in_place(script: Path, held: bool, timeout: float) -> str:
+def one_in_place(script: Path, setting: tuple[bool, bool], timeout: float) -> str:
     """'ok', 'EADDRINUSE (rendezvous)', "EADDRINUSE (workers' store)", 'hung' or 'failed' for one
-    job under the in-place supervisor."""
+    job under the in-place supervisor; `setting`: (rendezvous port let go, torch's pick)."""
     from schedulearn.executors import torchrun_elastic
 
+    let_go, torch_pick = setting
     with tempfile.TemporaryDirectory() as job_dir:
         Path(job_dir, torchrun_elastic.GPUS_FILE).write_text("0,1\n")
         env = dict(os.environ, SCHEDULEARN_JOB_DIR=job_dir)
-        head = [torchrun_elastic.SCRIPT] if held else ["-c", OLD_SUPERVISOR]
+        agent = Path(job_dir, "agent.py")
+        agent.write_text(TORCH_PICK_AGENT)
+        head = ["-c", SUPERVISOR.format(let_go=let_go, torch_pick=torch_pick, agent=str(agent))]
         argv = [sys.executable, "-u", *head, "supervise", "--job-dir", job_dir, "--nnodes", "1:2", "--",
                 sys.executable, str(script)]
         log = Path(job_dir, "log")
@@ -122,7 +147,9 @@ def main() -> None:
                     help="narrow the ephemeral port range to this many ports from 40000 (root; 0: leave it)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a job counts as hung")
     ap.add_argument("--in-place", action="store_true",
-                    help="jobs resized in place (the rendezvous port: held, or picked and let go)")
+                    help="jobs resized in place (the ports picked as before and as now: see --settings)")
+    ap.add_argument("--settings", default="held,outside",
+                    help=f"with --in-place, which of {','.join(IN_PLACE)} (default held,outside)")
     args = ap.parse_args()
     old = RANGE.read_text() if args.ports else None
     if args.ports:
@@ -132,8 +159,11 @@ def main() -> None:
             script = Path(tmp) / "train.py"
             script.write_text(PROGRAM)
             if args.in_place:
-                run, settings = one_in_place, ((False, "in place, port picked and let go"),
-                                               (True, "in place, port held (listening socket)"))
+                names = [n for n in args.settings.split(",") if n]
+                unknown = sorted(set(names) - set(IN_PLACE))
+                if unknown:
+                    ap.error(f"--settings: unknown {', '.join(unknown)} (allowed: {', '.join(IN_PLACE)})")
+                run, settings = one_in_place, [IN_PLACE[n] for n in names]
             else:
                 run, settings = one, ((False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"),
                                       (True, "shared store (unset)"))

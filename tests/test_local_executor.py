@@ -274,6 +274,51 @@ def test_a_cancelled_job_leaves_no_worker_behind(tmp_path, launcher):
     asyncio.run(main())
 
 
+ORPHANING = """\
+import subprocess, sys
+worker = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                           "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                           "print('up', flush=True); time.sleep(60)"],
+                          stdout=subprocess.PIPE, start_new_session=True, text=True)
+worker.stdout.readline()
+print(worker.pid, flush=True)
+worker.wait()
+"""
+
+
+def test_a_shrinks_gpus_stay_held_while_a_removed_worker_lives_on_orphaned(tmp_path):
+    """A shrink's GPUs are reported free once its removed workers have ended — not once they
+    stop being the run's descendants: a worker whose parent ended (reparented, in a session of
+    its own) still holds its GPU. It is stopped after `shrink_wait` (SIGTERM, then SIGKILL after
+    the grace, as it ignores SIGTERM), and only then are the GPUs released."""
+    from schedulearn.executors import local
+
+    ex = LocalExecutor(tmp_path / "jobs", cancel_grace=1.0)
+    ex.shrink_wait = 1.0
+    released = []
+    ex.engine = type("Engine", (), {"report_released": lambda self, job_id: released.append(
+        (job_id, time.monotonic()))})()
+    parent = subprocess.Popen([sys.executable, "-c", ORPHANING], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    worker = int(parent.stdout.readline())
+    try:
+        assert local._descends_from(worker, parent.pid)  # what the shrink records: the run's worker
+        removed = {worker: local._start_time(worker)}
+        parent.kill()
+        parent.wait()
+        assert not local._descends_from(worker, parent.pid) and local._is_process(worker, removed[worker])
+        run = local._Run(job_id=5, restarts=0, pid=parent.pid)
+        t0 = time.monotonic()
+        ex._wait_removed(run, removed)
+        assert [j for j, _ in released] == [5]
+        assert released[0][1] - t0 >= ex.shrink_wait + ex.cancel_grace - 0.1  # SIGTERM ignored: SIGKILL
+        assert not local._is_process(worker, removed[worker])  # stopped before the GPUs were released
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        parent.stdout.close()
+
+
 def test_terminate_all_during_a_resize_starts_no_next_run(tmp_path):
     """`terminate_all` (shutdown, a test's teardown) while a resize waits for the old run to go:
     the next run must not start after it (it would outlive the server)."""

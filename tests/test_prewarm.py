@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from schedulearn.executors import torchrun_elastic
 from schedulearn.executors.launch import PREWARM
 from schedulearn.prewarm import SOCKET_NAME, TORCHRUN_NAMES
 
@@ -242,19 +243,25 @@ def test_a_torchrun_agents_worker_is_forked_and_its_slot_recorded(tmp_path):
 
 
 def test_the_torchrun_names_are_exactly_what_torchruns_agent_sets(tmp_path):
-    """A real torchrun elastic agent's worker: the variables it has that its agent's environment
-    lacks are `TORCHRUN_NAMES` (but the watchdog's file, set only when its timer is on)."""
+    """A real torchrun elastic agent's worker (the in-place supervisor's agent: torchrun itself,
+    its stores' ports held or picked as the product picks them): the variables it has that its
+    agent's environment lacks are `TORCHRUN_NAMES` (but the watchdog's file, set only when its
+    timer is on)."""
     require(_has_torch(), "torch is not installed (scripts/setup.sh installs it)")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "CUDA_VISIBLE_DEVICES": "0"}
     dump = tmp_path / "env.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     code = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
-                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=x",
-                    "--rdzv-conf=last_call_timeout=1,is_host=1", "--monitor-interval=0.1", "--no-python",
-                    sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120)
+    with socket.socket() as s:  # held, as the supervisor holds it (a port let go could be taken)
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        subprocess.run([sys.executable, "-u", torchrun_elastic.SCRIPT, "agent",
+                        f"{torchrun_elastic.LISTEN_FD_FLAG}={s.fileno()}", "--nnodes=1:2",
+                        "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                        "--rdzv-id=x",
+                        "--rdzv-conf=last_call_timeout=1,is_host=1", "--monitor-interval=0.1", "--no-python",
+                        sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120,
+                       pass_fds=(s.fileno(),))
     added = set(json.loads(dump.read_text())) - set(env)
     assert added == TORCHRUN_NAMES - {"TORCHELASTIC_TIMER_FILE"}, added ^ TORCHRUN_NAMES

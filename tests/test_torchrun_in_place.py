@@ -39,6 +39,7 @@ PREFIX = r"^(?:\[rank\d+\]: )?"
 STEP = re.compile(PREFIX + r"step (\d+) world (\d) restart (\d+)$", re.M)
 WORKER = re.compile(PREFIX + r"worker rank (\d) world (\d) cuda (\S+) pid (\d+)$", re.M)
 PREWARMED = re.compile(PREFIX + r"worker pid (\d+) prewarmed ([01])$", re.M)
+STORE_PORT = re.compile(PREFIX + r"worker pid \d+ store port (\d+)$", re.M)
 
 
 def test_torchrun_in_place_runs_one_elastic_agent_per_gpu_under_the_supervisor(tmp_path):
@@ -100,6 +101,34 @@ def test_the_rendezvous_port_is_held_from_its_pick_until_the_store_listens_on_it
         assert peer.get("k") == b"v"
     finally:
         sup.listener.close()
+
+
+def test_the_workers_store_port_is_picked_free_outside_the_ephemeral_range(monkeypatch, tmp_path):
+    pick = torchrun_elastic.store_ports
+    assert pick((32768, 60999)) == range(61000, 65536)  # Linux's default range: the 4,535 above it
+    assert pick((40000, 40060)) == range(40061, 65536)
+    assert pick((1024, 65000)) is None  # 535 above, none below 10,000
+    assert pick((20000, 65000)) == range(10_000, 20000)
+    assert pick((15000, 64999)) == range(10_000, 15000)
+    assert pick((10500, 64999)) is None  # 500 below: too few to pick from
+
+    eph, reserved = tmp_path / "range", tmp_path / "reserved"
+    eph.write_text("1024\t63999\n")
+    reserved.write_text("64000-65000,65010\n")
+    monkeypatch.setattr(torchrun_elastic, "EPHEMERAL", str(eph))
+    monkeypatch.setattr(torchrun_elastic, "RESERVED", str(reserved))
+    assert torchrun_elastic._reserved() == set(range(64000, 65001)) | {65010}
+    monkeypatch.setattr(torchrun_elastic, "MIN_STORE_PORTS", 1)
+    eph.write_text("1024 65534\n")  # one port above the range: 65535
+    reserved.write_text("")
+    with socket.socket() as held:  # taken: none to pick
+        held.bind(("127.0.0.1", 65535))
+        assert torchrun_elastic.store_port(tries=5) is None
+    assert torchrun_elastic.store_port(tries=5) == 65535  # free again
+    reserved.write_text("65530-65535")
+    assert torchrun_elastic.store_port(tries=5) is None  # kept for a service
+    eph.write_text("garbage")
+    assert torchrun_elastic.store_port() is None  # torch's own pick then
 
 
 def test_a_torchrun_resize_is_in_place_only_when_the_slots_keep_their_gpus_and_the_last_one_took_effect():
@@ -199,6 +228,13 @@ def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
             later = {p for *_, p in workers if text.index(f" pid {p}\n") > resized_at}
             assert len(later) == 3 and all(how[p] == 1 for p in later), (how, later)
             assert "schedulearn prewarm: ready" in text and "prewarm: cold start" not in text
+            # every round's workers' store is on a port picked outside the ephemeral range (where
+            # another socket could take it before rank 0 binds it), one port per round
+            low, high = torchrun_elastic._ephemeral()
+            ports = [int(p) for p in STORE_PORT.findall(text)]
+            assert len(ports) == len(workers) and len(set(ports)) == 3, ports
+            outside = torchrun_elastic.store_ports((low, high))
+            assert all(not low <= p <= high and p in outside for p in ports), (ports, low, high)
             assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text
             assert "could not leave the rendezvous" not in text  # the removed agent left it
             assert "resized in place: 1 -> 2 GPUs, CUDA_VISIBLE_DEVICES=0,2 ===" in text

@@ -6,7 +6,8 @@ the gradients are all-reduced (summed), so every step uses the full-batch gradie
 world size: a run resized 2 -> 1 -> 2 must end with the weights of an unresized run.
 Rank 0 prints `step <n> world <w> restart <r>` after each step and writes `final.json`; every
 rank prints `worker rank <r> world <w> cuda <CUDA_VISIBLE_DEVICES> pid <pid>` when it starts,
-then `worker pid <pid> prewarmed <0|1>`: whether the run's prewarm server forked it.
+then `worker pid <pid> prewarmed <0|1>`: whether the run's prewarm server forked it, and
+`worker pid <pid> store port <MASTER_PORT>`.
 Runs under torchrun (torch.distributed, gloo), horovodrun (Horovod, gloo) or alone.
 
 `HOLD_EXIT_GPU=<gpu>`: a worker on that GPU (`CUDA_VISIBLE_DEVICES`) that is stopped holds its
@@ -106,6 +107,7 @@ def main():
     print(f"worker rank {rank} world {world} cuda {os.environ.get('CUDA_VISIBLE_DEVICES')} pid {os.getpid()}",
           flush=True)
     print(f"worker pid {os.getpid()} prewarmed {int(prewarmed())}", flush=True)
+    print(f"worker pid {os.getpid()} store port {os.environ.get('MASTER_PORT')}", flush=True)
     x, y = data()
     lo, hi = rank * len(x) // world, (rank + 1) * len(x) // world
     for step in range(start, STEPS):

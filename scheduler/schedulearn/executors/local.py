@@ -186,7 +186,7 @@ class LocalExecutor(RunExecutor):
         self._append_log(run, resized_line(run.restarts, was, n, cuda))
         if n < was:  # the GPUs are free once the workers of the removed slots are gone
             pids = _slot_pids(self.job_dir(job.id) / WORKERS_DIR, n)
-            removed = [p for p in pids if _descends_from(p, run.pid)]
+            removed = {p: _start_time(p) for p in pids if _descends_from(p, run.pid)}
             threading.Thread(target=self._wait_removed, args=(run, removed), name=f"shrink-{job.id}",
                              daemon=True).start()
 
@@ -194,13 +194,15 @@ class LocalExecutor(RunExecutor):
     #: their next `state.commit()`), then SIGTERM, `cancel_grace`, SIGKILL
     shrink_wait = 60.0
 
-    def _wait_removed(self, run: _Run, removed: list[int]) -> None:
-        """Wait until the workers a shrink removed (the pids their slots had when it was
-        decided: a worker a later grow starts in the same slot is not one of them) are gone,
-        then report the shrink's GPUs free; they are stopped if they stay."""
+    def _wait_removed(self, run: _Run, removed: dict[int, int | None]) -> None:
+        """Wait until the workers a shrink removed (pid -> start time: the processes their slots
+        had when it was decided; a worker a later grow starts in the same slot is not one of
+        them) are gone, then report the shrink's GPUs free; they are stopped if they stay. A
+        removed worker is gone when it has ended, not when it stops being the run's descendant:
+        one orphaned by its parent's end still holds its GPU."""
         deadline, sent = time.monotonic() + self.shrink_wait, signal.SIGTERM
         while not run.gone.is_set():
-            left = [p for p in removed if _descends_from(p, run.pid)]
+            left = [p for p, t in removed.items() if _is_process(p, t)]
             if not left:
                 break
             if time.monotonic() >= deadline:
@@ -516,6 +518,13 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return data[data.rindex(")") + 2:].split()
+
+
+def _is_process(pid: int, start: int | None) -> bool:
+    """Whether `pid` is still the process that started at `start` (clock ticks after boot),
+    alive and not a zombie (not a later process that reuses its pid)."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X") and int(fields[19]) == start
 
 
 def _start_time(pid: int) -> int | None:

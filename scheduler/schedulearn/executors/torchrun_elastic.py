@@ -49,6 +49,7 @@ side. See docs/resize.md.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -100,6 +101,13 @@ AGENT_ENV = {"SCHEDULEARN_NUM_NODES": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE":
 SETTLE_S = 60.0
 #: `agent`'s first argument where it hosts the rendezvous store on a socket it is handed
 LISTEN_FD_FLAG = "--schedulearn-listen-fd"
+#: the host's ephemeral ports (what binding port 0 and outgoing connections take) and the ports
+#: kept out of them for services
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+RESERVED = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+#: the fewest ports a range outside the ephemeral one must have to pick the workers' store port
+#: from (see `store_ports`)
+MIN_STORE_PORTS = 1000
 
 
 def supervisor_argv(python: str, job_dir: str, nnodes: tuple[int, int], command: list[str]) -> list[str]:
@@ -150,6 +158,7 @@ def agent(argv: list[str]) -> None:
     if argv and argv[0].startswith(LISTEN_FD_FLAG + "="):
         _host_on(int(argv[0].split("=", 1)[1]))
         argv = argv[1:]
+    _pick_store_ports_outside_ephemeral()
     handlers = []
     get = registry.get_rendezvous_handler
 
@@ -183,6 +192,89 @@ def _host_on(fd: int) -> None:
         return store(host, port, *args, is_master=is_master, **kwargs)
 
     backend.TCPStore = tcp_store
+
+
+def store_ports(ephemeral: tuple[int, int]) -> range | None:
+    """Where the workers' store port is picked: the ports above the ephemeral range `ephemeral`
+    (low, high), or else the up to 10,000 below it (not under 10,000), whichever first has
+    `MIN_STORE_PORTS`; None where neither has."""
+    low, high = ephemeral
+    for ports in (range(high + 1, 65536), range(max(10_000, low - 10_000), low)):
+        if len(ports) >= MIN_STORE_PORTS:
+            return ports
+    return None
+
+
+def _ephemeral() -> tuple[int, int] | None:
+    try:
+        with open(EPHEMERAL) as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return None
+
+
+def _reserved() -> set[int]:
+    """`ip_local_reserved_ports` (`8000-8010,9000`): ports an administrator keeps for services."""
+    try:
+        with open(RESERVED) as f:
+            text = f.read().strip()
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        try:
+            out.update(range(int(a), int(b or a) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+def _free(port: int) -> bool:
+    """Whether `port` can be bound on every address now (as rank 0's store will bind it)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def store_port(tries: int = 64) -> int | None:
+    """A free port for the workers' store outside the ephemeral range, or None.
+
+    The agents' rounds need `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, so each round's rank-0 agent
+    picks the port of its workers' store, and rank 0's *worker* binds it seconds later (once it
+    has started and imported torch). torch picks it by binding port 0 and closing the socket: an
+    ephemeral port, which any socket of the host — another job's store pick, any outgoing
+    connection — can take in those seconds (rank 0 failing with EADDRINUSE, or a rank reaching
+    another job's store and hanging: docs/benchmarks.md). Outside the ephemeral range no
+    outgoing connection and no port-0 bind lands, so only another pick from the same thousands
+    of ports could, and each pick is checked free first."""
+    eph = _ephemeral()
+    ports = store_ports(eph) if eph else None
+    if ports is None:
+        return None
+    reserved = _reserved()
+    for _ in range(tries):
+        port = random.choice(ports)
+        if port not in reserved and _free(port):
+            return port
+    return None
+
+
+def _pick_store_ports_outside_ephemeral() -> None:
+    """This agent's rounds pick their workers' store port with `store_port` (torch's own pick
+    where it finds none)."""
+    from torch.distributed.elastic.rendezvous import api
+
+    torch_pick = api.get_free_port
+
+    def get_free_port():
+        return store_port() or torch_pick()
+
+    api.get_free_port = get_free_port
 
 
 def _leave_first(handlers: list) -> None:

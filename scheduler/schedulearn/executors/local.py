@@ -399,8 +399,7 @@ class LocalExecutor(RunExecutor):
 
     def _alive(self, info: dict) -> bool:
         pid, started = int(info["pid"]), info["start_time"]
-        return (info.get("boot_id") == self._boot_id and started is not None
-                and _start_time(pid) == started and not _is_zombie(pid))
+        return info.get("boot_id") == self._boot_id and started is not None and _is_process(pid, started)
 
     def _find_run(self, job: Job) -> _Run | None:
         """The job's run from its pid file if it still runs (not watched yet); else its end

@@ -229,10 +229,11 @@ def test_torchrun_job_resized_in_place_2_1_2_keeps_its_step_counter(tmp_path):
             assert len(later) == 3 and all(how[p] == 1 for p in later), (how, later)
             assert "schedulearn prewarm: ready" in text and "prewarm: cold start" not in text
             # every round's workers' store is on a port picked outside the ephemeral range (where
-            # another socket could take it before rank 0 binds it), one port per round
+            # another socket could take it before rank 0 binds it); each worker prints its round's
+            # (random picks: two rounds may share one by chance, so no count of distinct ports)
             low, high = torchrun_elastic._ephemeral()
             ports = [int(p) for p in STORE_PORT.findall(text)]
-            assert len(ports) == len(workers) and len(set(ports)) == 3, ports
+            assert len(ports) == len(workers), ports
             outside = torchrun_elastic.store_ports((low, high))
             assert all(not low <= p <= high and p in outside for p in ports), (ports, low, high)
             assert "resized in place: 2 -> 1 GPUs, CUDA_VISIBLE_DEVICES=0 ===" in text

@@ -22,9 +22,9 @@ def _run(trace, policy):
     return {j.spec.name: j for j in r.jobs}, r
 
 
-def _cifar10(name: str, deadline: float | None = None) -> TraceJob:
-    """A cifar10 run (Pollux's profile; adapts its batch size) on 2 GPUs, submitted at 0."""
-    spec = JobSpec(name=name, gpus=2, min_gpus=1, max_gpus=16, application="cifar10", batch_size=2048,
+def _cifar10(name: str, deadline: float | None = None, gpus: int = 2) -> TraceJob:
+    """A cifar10 run (Pollux's profile; adapts its batch size) on `gpus` GPUs, submitted at 0."""
+    spec = JobSpec(name=name, gpus=gpus, min_gpus=1, max_gpus=16, application="cifar10", batch_size=2048,
                    adaptive_batch=True, deadline=deadline)
     return TraceJob(0.0, spec, name)
 
@@ -110,3 +110,39 @@ def test_a_job_is_judged_inefficient_on_its_own_statistics_not_its_familys():
                     "grad_var": EARLY[1]}])
     assert not policy.efficient(young, ctx, 8, 4)
     assert young.id in policy._dropped
+
+
+def test_a_given_up_deadline_job_runs_on_what_the_best_effort_jobs_leave():
+    """Three cifar10 runs on 2x4 GPUs: `report` due in 1,900 s, `late` asking for 6 GPUs due in
+    1,000 s (it cannot make it and is given up), `sweep` without a deadline. Beside best-effort
+    jobs a given-up job's value counts a tenth in the sizing: `sweep` ends well before it does
+    when `late` counts in full (and within 1.2x of its end under `goodput`); `late` still
+    finishes (it runs best effort, not starved), and `report` makes its deadline either way."""
+    trace = [_cifar10("report", deadline=1900.0), _cifar10("late", deadline=1000.0, gpus=6),
+             _cifar10("sweep")]
+
+    class Spy(QoE):
+        def __init__(self) -> None:
+            super().__init__()
+            self.given_up: set[int] = set()  # every job given up in some round
+
+        def admit(self, ctx, order, size, per_node):
+            placed = super().admit(ctx, order, size, per_node)
+            self.given_up |= self._dropped
+            return placed
+
+    class Full(Spy):
+        given_up_weight = 1.0
+
+    assert QoE.given_up_weight == 0.1
+    q, full = Spy(), Full()
+    tenth, whole = ({j.spec.name: j for j in simulate(trace, parse_cluster("2x4"), p, interval=60,
+                                                     restart_penalty=30).jobs} for p in (q, full))
+    g = {j.spec.name: j for j in simulate(trace, parse_cluster("2x4"), "goodput", interval=60,
+                                          restart_penalty=30).jobs}
+    assert tenth["late"].id in q.given_up and whole["late"].id in full.given_up
+    assert tenth["sweep"].end_time < 0.85 * whole["sweep"].end_time, (tenth["sweep"].end_time,
+                                                                      whole["sweep"].end_time)
+    assert tenth["sweep"].end_time <= 1.2 * g["sweep"].end_time
+    assert all(j.state.value == "succeeded" for j in (*tenth.values(), *whole.values()))
+    assert all(r["report"].end_time <= r["report"].spec.deadline for r in (tenth, whole))

@@ -146,3 +146,42 @@ def test_a_given_up_deadline_job_runs_on_what_the_best_effort_jobs_leave():
     assert tenth["sweep"].end_time <= 1.2 * g["sweep"].end_time
     assert all(j.state.value == "succeeded" for j in (*tenth.values(), *whole.values()))
     assert all(r["report"].end_time <= r["report"].spec.deadline for r in (tenth, whole))
+
+
+def test_a_given_up_deadline_job_waits_for_the_minimums_best_effort_jobs_need():
+    """On 4 GPUs: `late` asks for all 4 and is due in 600 s (no size makes it: given up),
+    `report` due in 2,500 s makes it on 2, `sweep0` and `sweep1` have no deadline. The 2 GPUs
+    `report` leaves go to the two best-effort jobs' minimums, not to `late`, which was first in
+    line: both sweeps start in the first round and end sooner on average than when `late` takes
+    its minimum first (as before); `late` still finishes, and `report` makes its deadline."""
+    trace = [_cifar10("late", deadline=600.0, gpus=4), _cifar10("report", deadline=2500.0),
+             _cifar10("sweep0"), _cifar10("sweep1")]
+
+    class Spy(QoE):
+        def __init__(self) -> None:
+            super().__init__()
+            self.given_up: set[int] = set()
+
+        def admit(self, ctx, order, size, per_node):
+            placed = super().admit(ctx, order, size, per_node)
+            self.given_up |= self._dropped
+            return placed
+
+    class FirstInLine(Spy):
+        def rest(self, order):
+            return order
+
+    runs = {}
+    for p in (Spy(), FirstInLine()):
+        r = simulate(trace, parse_cluster("1x4"), p, interval=60, restart_penalty=30, record=True)
+        jobs = {j.spec.name: j for j in r.jobs}
+        starts = {n: min(t for t, jid, alloc in r.history if jid == j.id and alloc) for n, j in jobs.items()}
+        assert jobs["late"].id in p.given_up
+        assert all(j.state.value == "succeeded" for j in jobs.values())
+        assert jobs["report"].end_time <= jobs["report"].spec.deadline
+        runs[type(p).__name__] = jobs, starts
+    (now, now_starts), (before, before_starts) = runs["Spy"], runs["FirstInLine"]
+    assert max(now_starts["sweep0"], now_starts["sweep1"]) < now_starts["late"]
+    assert before_starts["late"] < before_starts["sweep1"]  # the situation this rule changes
+    sweeps = [sum(js[n].end_time for n in ("sweep0", "sweep1")) for js in (now, before)]
+    assert sweeps[0] < 0.95 * sweeps[1], sweeps

@@ -18,7 +18,8 @@ value among all admitted jobs, deadline jobs included):
    that needs at most `tolerance` (1.5x) the time left — a young job's estimate errs by a fifth
    and more; beyond, it gets nothing here and, like the jobs without a deadline, it is best
    effort from then on.
-3. Everyone else gets their minimum, in the `goodput` order.
+3. Everyone else gets their minimum, in the `goodput` order (beside best-effort jobs, the
+   deadline jobs given up last).
 Beside best-effort jobs (no deadline), deadlines do not take everything: `be_share` (a quarter)
 of the GPUs is kept for the best-effort jobs' minimums; a deadline is not planned on more GPUs
 than a job has and asked for if it would use them at under `least_efficiency` (half) of a linear
@@ -94,10 +95,16 @@ class QoE(Goodput):
                 share -= n
                 if beside:
                     self._planned[job.id] = n
-        return super().admit(ctx, order, size, per_node)  # 3. the rest at their minimum
+        return super().admit(ctx, self.rest(order), size, per_node)  # 3. the rest at their minimum
 
     def gave_up(self, job: Job) -> bool:
         return job.id in self._dropped
+
+    def rest(self, order: list[Job]) -> list[Job]:
+        """The order of step 3: beside best-effort jobs, the deadline jobs given up after all the
+        others (they run on what the jobs that never had a deadline leave; one starving is still
+        admitted first, in step 1)."""
+        return sorted(order, key=lambda j: j.id in self._dropped) if self._beside else order
 
     def kept(self, ctx: RoundContext, best_effort: list[Job]) -> int:
         """GPUs kept from the deadline stage for the minimums of `best_effort` (in order), at

@@ -26,9 +26,9 @@ than a job has and asked for if it would use them at under `least_efficiency` (h
 speed-up (the best-effort jobs would make more of them; such a job runs best effort); a
 planned deadline job gets what it needs and no more, the sizing sharing the rest among the others;
 and a given-up deadline job's value counts a tenth (`given_up_weight`) in that sizing — it runs on
-what the jobs that never had a deadline leave (measured on the mixed workloads at four phases:
-their average JCT 0.99-1.34x of what `goodput` gives them before, 0.84-1.32x after, past 1.2x in 2
-runs of 20 instead of 4, all on workload 2; docs/benchmarks.md).
+what the jobs that never had a deadline leave, its minimum after theirs in step 3 (measured on
+the mixed workloads at four phases and the tuning set: their average JCT 0.99-1.34x of what
+`goodput` gives them before, 0.84-1.21x after; docs/benchmarks.md).
 """
 
 from __future__ import annotations

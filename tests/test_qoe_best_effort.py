@@ -22,6 +22,19 @@ def _run(trace, policy):
     return {j.spec.name: j for j in r.jobs}, r
 
 
+class Spy(QoE):
+    """`qoe`, recording every job it gave up in some round."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given_up: set[int] = set()
+
+    def admit(self, ctx, order, size, per_node):
+        placed = super().admit(ctx, order, size, per_node)
+        self.given_up |= self._dropped
+        return placed
+
+
 def _cifar10(name: str, deadline: float | None = None, gpus: int = 2) -> TraceJob:
     """A cifar10 run (Pollux's profile; adapts its batch size) on `gpus` GPUs, submitted at 0."""
     spec = JobSpec(name=name, gpus=gpus, min_gpus=1, max_gpus=16, application="cifar10", batch_size=2048,
@@ -121,16 +134,6 @@ def test_a_given_up_deadline_job_runs_on_what_the_best_effort_jobs_leave():
     trace = [_cifar10("report", deadline=1900.0), _cifar10("late", deadline=1000.0, gpus=6),
              _cifar10("sweep")]
 
-    class Spy(QoE):
-        def __init__(self) -> None:
-            super().__init__()
-            self.given_up: set[int] = set()  # every job given up in some round
-
-        def admit(self, ctx, order, size, per_node):
-            placed = super().admit(ctx, order, size, per_node)
-            self.given_up |= self._dropped
-            return placed
-
     class Full(Spy):
         given_up_weight = 1.0
 
@@ -156,16 +159,6 @@ def test_a_given_up_deadline_job_waits_for_the_minimums_best_effort_jobs_need():
     its minimum first (as before); `late` still finishes, and `report` makes its deadline."""
     trace = [_cifar10("late", deadline=600.0, gpus=4), _cifar10("report", deadline=2500.0),
              _cifar10("sweep0"), _cifar10("sweep1")]
-
-    class Spy(QoE):
-        def __init__(self) -> None:
-            super().__init__()
-            self.given_up: set[int] = set()
-
-        def admit(self, ctx, order, size, per_node):
-            placed = super().admit(ctx, order, size, per_node)
-            self.given_up |= self._dropped
-            return placed
 
     class FirstInLine(Spy):
         def rest(self, order):

@@ -155,8 +155,8 @@ def test_a_given_up_deadline_job_waits_for_the_minimums_best_effort_jobs_need():
     """On 4 GPUs: `late` asks for all 4 and is due in 600 s (no size makes it: given up),
     `report` due in 2,500 s makes it on 2, `sweep0` and `sweep1` have no deadline. The 2 GPUs
     `report` leaves go to the two best-effort jobs' minimums, not to `late`, which was first in
-    line: both sweeps start in the first round and end sooner on average than when `late` takes
-    its minimum first (as before); `late` still finishes, and `report` makes its deadline."""
+    line: both sweeps start before `late` and end sooner on average than when `late` takes its
+    minimum first (as before); `late` still finishes, and `report` makes its deadline."""
     trace = [_cifar10("late", deadline=600.0, gpus=4), _cifar10("report", deadline=2500.0),
              _cifar10("sweep0"), _cifar10("sweep1")]
 

@@ -1,4 +1,4 @@
-"""How often one-host `torchrun` jobs fail at start, with and without
+"""How often `torchrun` jobs fail at start, with and without
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, when ephemeral ports are scarce.
 
 With the variable set, torch's agent picks the workers' store port by binding port 0 and closing
@@ -7,12 +7,18 @@ later, and any socket of the host can take the port in between (`EADDRINUSE`, or
 connects to another job's store and hangs). On an ordinary host this is rare (about one torchrun
 job in 180 of the test suite); narrowing the ephemeral port range (`--ports`, root only: it writes
 `/proc/sys/net/ipv4/ip_local_port_range`, restored at the end) makes it frequent, so the two
-settings can be compared side by side. Schedulearn's launcher leaves the variable unset for
-one-host jobs (`schedulearn.executors.launch`): the workers share the agent's rendezvous store.
+settings can be compared side by side. Schedulearn's launcher leaves the variable unset
+(`schedulearn.executors.launch`; for jobs spread over hosts since 2026-11-27): the workers share
+the rank-0 agent's store.
 
     .venv/bin/python benchmarks/bench_torchrun_ports.py --jobs 36 --parallel 3 --ports 61
 
 Each job: `torchrun --standalone --nproc-per-node 2` of a gloo program (20 all-reduces).
+
+`--nodes 2`: two-node jobs instead, as the launcher starts a job spread over hosts (one torchrun
+agent per node, `--nnodes 2 --node-rank r --rdzv-backend c10d`, the rendezvous on a port picked
+from 20000-29999 as the Slurm executor does); both nodes on this host, as in the Slurm test
+cluster, one GPU's worth of work each. Until 2026-11-27 these kept the variable set.
 
 `--in-place`: jobs resized in place instead (`schedulearn.executors.torchrun_elastic`'s
 supervisor, one elastic agent per GPU, 2 GPUs). Their agents' rounds keep the variable set, so
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -66,6 +73,39 @@ def one(script: Path, share: bool, timeout: float) -> str:
     if p.returncode == 0:
         return "ok"
     return "EADDRINUSE" if "EADDRINUSE" in p.stderr + p.stdout else "failed"
+
+
+def one_two_nodes(script: Path, share: bool, timeout: float) -> str:
+    """'ok', 'EADDRINUSE', 'hung' or 'failed' for one job of two torchrun nodes on this host,
+    started as `schedulearn.executors.launch` starts a job spread over two hosts."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    if not share:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    port, run_id = random.randrange(20000, 30000), f"bench-{random.getrandbits(48):x}"
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs = [], []
+        for rank in range(2):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={rank}",
+                    "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                    f"--rdzv-id={run_id}", "--rdzv-conf=last_call_timeout=1", "--local-addr=127.0.0.1",
+                    str(script)]
+            logs.append(Path(tmp, f"node{rank}.log"))
+            with logs[-1].open("w") as f:
+                procs.append(subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+        end = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                if p.poll() is None:
+                    _stop(p)
+            return "hung"
+        out = "".join(log.read_text() for log in logs)
+    if all(p.returncode == 0 for p in procs):
+        return "ok"
+    return "EADDRINUSE" if "EADDRINUSE" in out else "failed"
 
 
 #: the supervisor as it was before 2026-11-26 (with `LET_GO`): the rendezvous port picked, then let
@@ -146,6 +186,8 @@ def main() -> None:
     ap.add_argument("--ports", type=int, default=0,
                     help="narrow the ephemeral port range to this many ports from 40000 (root; 0: leave it)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a job counts as hung")
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                    help="2: jobs of two torchrun nodes on this host, as spread over hosts (default 1)")
     ap.add_argument("--in-place", action="store_true",
                     help="jobs resized in place (the ports picked as before and as now: see --settings)")
     ap.add_argument("--settings", default="held,outside",
@@ -165,8 +207,8 @@ def main() -> None:
                     ap.error(f"--settings: unknown {', '.join(unknown)} (allowed: {', '.join(IN_PLACE)})")
                 run, settings = one_in_place, [IN_PLACE[n] for n in names]
             else:
-                run, settings = one, ((False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"),
-                                      (True, "shared store (unset)"))
+                run = one_two_nodes if args.nodes == 2 else one
+                settings = ((False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"), (True, "shared store (unset)"))
             for flag, label in settings:
                 t0 = time.monotonic()
                 with ThreadPoolExecutor(args.parallel) as pool:

@@ -37,14 +37,17 @@ def test_two_host_torchrun_job_has_the_total_world_size(dockerd_pair, tmp_path):
             text = ex.logs(job.id)
             assert job.state is JobState.succeeded, job.reason + "\n" + text[-2000:]
             pattern = (r"^\[(h\d)\] (?:\[rank\d+\]: )?rank (\d) WORLD_SIZE=(\d+) world=(\d+) "
-                       r"allreduce_sum=(\S+) cvd=(\S+)$")
+                       r"allreduce_sum=(\S+) cvd=(\S+) agent_store=(\S+)$")
             lines = re.findall(pattern, text, re.M)
             assert len(lines) == 2, text[-2000:]
             assert {h for h, *_ in lines} == {"h0", "h1"} and {int(r) for _, r, *_ in lines} == {0, 1}
-            for _h, _r, world_env, world, total, cvd in lines:
+            for _h, _r, world_env, world, total, cvd, agent_store in lines:
                 assert int(world_env) == int(world) == 2  # the total of both hosts
                 assert float(total) == 3.0  # 1 + 2: the all-reduce crossed the hosts
                 assert cvd == "0"
+                # the workers share rank 0's agent store (bound once and kept open), no port
+                # picked by bind-and-close (TORCH_DISABLE_SHARE_RDZV_TCP_STORE unset)
+                assert agent_store == "True"
             assert labelled(a, job.id) == [] and labelled(b, job.id) == []
             assert eng.pool.total == 2
         finally:

@@ -125,7 +125,9 @@ def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, t
     ex = executor(cluster, tmp_path)
     allreduce = ("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
                  "t = torch.tensor([float(dist.get_rank() + 1)]); dist.all_reduce(t)\n"
-                 "print(f'sum {t.item():g}', flush=True)\n")
+                 "import os\n"
+                 "print(f'sum {t.item():g} agent_store {os.environ.get(\"TORCHELASTIC_USE_AGENT_STORE\")}',"
+                 " flush=True)\n")
     (job,) = run_jobs(ex, [{"name": "wide", "script": WHERE + allreduce, "gpus": 6, "launcher": "torchrun"}])
     text = ex.logs(job.id)
     assert job.state is JobState.succeeded, job.reason + text[-3000:]
@@ -133,7 +135,7 @@ def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, t
     ranks = dict(re.findall(r"rank (\d) world 6 node (n\d)", text))
     assert sorted(ranks) == [str(r) for r in range(6)], text[-3000:]
     assert sorted(ranks.values()) == ["n1"] * 4 + ["n2"] * 2
-    assert text.count("sum 21") == 6
+    assert text.count("sum 21 agent_store True") == 6  # rank 0's agent store, bound once and kept
 
 
 def test_horovod_across_both_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:

@@ -357,6 +357,8 @@ def build_workers(
             # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torch would pick their store's port by binding
             # port 0 and closing it, a race another socket can win (EADDRINUSE at start).
             return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
+        # Here too the workers share the store of the agent the rendezvous makes rank 0 (bound
+        # on a port of its own choosing, kept open): no port picked and let go.
         first = addresses.get(hosts[0], hosts[0])
         workers = []
         for rank, name in enumerate(hosts):
@@ -367,9 +369,7 @@ def build_workers(
                 "--rdzv-conf=last_call_timeout=1", f"--local-addr={addresses.get(name, name)}",
                 *target,
             ]
-            env = env_for(name)
-            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-            workers.append(Worker(name, argv, env, tuple(alloc[name])))
+            workers.append(Worker(name, argv, env_for(name), tuple(alloc[name])))
         return workers
 
     # Horovod: one horovodrun on the first host starts every rank (ssh to the others).

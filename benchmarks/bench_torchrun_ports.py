@@ -17,7 +17,7 @@ Each job: `torchrun --standalone --nproc-per-node 2` of a gloo program (20 all-r
 
 `--nodes 2`: two-node jobs instead, as the launcher starts a job spread over hosts (one torchrun
 agent per node, `--nnodes 2 --node-rank r --rdzv-backend c10d`, the rendezvous on a port picked
-from 20000-29999 as the Slurm executor does); both nodes on this host, as in the Slurm test
+from the Slurm executor's `RDZV_PORTS`, as it does); both nodes on this host, as in the Slurm test
 cluster, one GPU's worth of work each. Until 2026-11-27 these kept the variable set.
 
 `--in-place`: jobs resized in place instead (`schedulearn.executors.torchrun_elastic`'s
@@ -59,11 +59,17 @@ dist.destroy_process_group()
 """
 
 
-def one(script: Path, share: bool, timeout: float) -> str:
-    """'ok', 'EADDRINUSE', 'hung' or 'failed' for one torchrun job."""
+def _env(share: bool) -> dict[str, str]:
+    """This environment, with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` unless `share`."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
     if not share:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return env
+
+
+def one(script: Path, share: bool, timeout: float) -> str:
+    """'ok', 'EADDRINUSE', 'hung' or 'failed' for one torchrun job."""
+    env = _env(share)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
             "--rdzv-conf=last_call_timeout=1", str(script)]
     try:
@@ -78,10 +84,10 @@ def one(script: Path, share: bool, timeout: float) -> str:
 def one_two_nodes(script: Path, share: bool, timeout: float) -> str:
     """'ok', 'EADDRINUSE', 'hung' or 'failed' for one job of two torchrun nodes on this host,
     started as `schedulearn.executors.launch` starts a job spread over two hosts."""
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
-    if not share:
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    port, run_id = random.randrange(20000, 30000), f"bench-{random.getrandbits(48):x}"
+    from schedulearn.executors.slurm import RDZV_PORTS
+
+    env = _env(share)
+    port, run_id = random.randrange(*RDZV_PORTS), f"bench-{random.getrandbits(48):x}"
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs = [], []
         for rank in range(2):

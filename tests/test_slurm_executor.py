@@ -125,7 +125,6 @@ def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, t
     ex = executor(cluster, tmp_path)
     allreduce = ("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
                  "t = torch.tensor([float(dist.get_rank() + 1)]); dist.all_reduce(t)\n"
-                 "import os\n"
                  "print(f'sum {t.item():g} agent_store {os.environ.get(\"TORCHELASTIC_USE_AGENT_STORE\")}',"
                  " flush=True)\n")
     (job,) = run_jobs(ex, [{"name": "wide", "script": WHERE + allreduce, "gpus": 6, "launcher": "torchrun"}])

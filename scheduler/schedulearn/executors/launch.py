@@ -347,18 +347,17 @@ def build_workers(
                 raise ExecutorError(f"job {job_id}: torchrun resizes in place on one host only here")
             argv = torchrun_elastic.supervisor_argv(python, str(job_dir), elastic_np, command)
             return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
+        # On one host or several, the workers share the store of the agent the rendezvous makes
+        # rank 0 (bound once, kept open); with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torch would
+        # pick their store's port by binding port 0 and closing it, a race another socket can
+        # win (EADDRINUSE at start).
         torchrun = [python, "-m", "torch.distributed.run"]
         target = _torchrun_target(command, python)
         if len(hosts) == 1:
             n = len(alloc[hosts[0]])
             argv = [*torchrun, "--standalone", f"--nproc-per-node={n}",
                     "--rdzv-conf=last_call_timeout=1", *target]
-            # The workers share the agent's rendezvous store (bound once, kept open); with
-            # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torch would pick their store's port by binding
-            # port 0 and closing it, a race another socket can win (EADDRINUSE at start).
             return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
-        # Here too the workers share the store of the agent the rendezvous makes rank 0 (bound
-        # on a port of its own choosing, kept open): no port picked and let go.
         first = addresses.get(hosts[0], hosts[0])
         workers = []
         for rank, name in enumerate(hosts):

@@ -97,3 +97,37 @@ def test_reports_reach_the_policy_and_auto_grows_only_as_far_as_it_pays(tmp_path
             await task
 
     asyncio.run(main())
+
+
+REPORTER = """
+import time
+from schedulearn import elastic
+for step in range(1, 41):
+    time.sleep(0.05)
+    elastic.report(step_time=0.05, batch_size=32, progress=step / 40)
+"""
+
+
+def test_a_finished_job_shows_the_progress_it_last_reported(tmp_path):
+    """The reports a job wrote since the last round are read as its run ends: a job that reports
+    every step and ends between two rounds is done (progress 1.0, every report read), not where
+    the round before its end saw it."""
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=5)
+        eng = Engine(virtual_cluster(1, 2), "fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=3600)))  # no round while it runs
+        try:
+            job = eng.submit({"name": "steps", "script": REPORTER, "gpus": 1})
+            await wait_for(lambda: job.state.final, 60, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            metrics = tmp_path / "jobs" / str(job.id) / "metrics.jsonl"
+            assert len(_reports(metrics)) == 40
+            assert job.extra["reports_read"] == 40
+            assert eng.job_dict(job, time.time())["progress"] == 1.0
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())

@@ -5,7 +5,8 @@ import json
 
 import pytest
 from schedulearn.estimates import Estimate, estimate
-from schedulearn.model import JobSpec, parse_cluster
+from schedulearn.model import Job, JobSpec, parse_cluster
+from schedulearn.sim.apps import get_profile
 from schedulearn.sim.executor import RigidModel, SimExecutor
 from schedulearn.sim.oracle import OracleEstimate
 from schedulearn.sim.simulate import simulate
@@ -117,6 +118,53 @@ def test_simulated_jobs_report_what_live_jobs_report(tmp_path):
     assert 0 < st["progress"] <= 1 and st["spans"]
     assert cifar.extra["work_s1"] > 0  # what it needed, learnt by the history
     assert run.engine.history.count == 4
+
+
+class _Link:
+    """What the tests below need of the engine: the exits the executor reports."""
+
+    def __init__(self):
+        self.exits: list[tuple] = []
+
+    def job_exited(self, job_id, code, reason="", now=None):
+        self.exits.append((job_id, code, reason, now))
+
+
+def _cifar(job_id: int) -> Job:
+    job = Job(id=job_id, spec=JobSpec(name="c", application="cifar10", gpus=2, command=["sim"]),
+              submit_time=0.0)
+    job.batch_size, job.alloc = 256, {"n0": [0, 1]}
+    return job
+
+
+def test_a_run_that_ends_between_reports_reports_where_it_ended():
+    """A live job reports every step and its last lines are read as its run ends; a simulated
+    one reports once a round, and once more when its run ends: preempted between two reports,
+    its progress while it waits is where it stopped (the engine has emptied its allocation by
+    then: the progress is still that of the GPUs it had); done between two, its last report
+    says done."""
+    ex = SimExecutor(restart_penalty=0)
+    ex.engine = link = _Link()
+    job = _cifar(1)
+    ex.start(job, 0.0)
+    ex.advance(60.0)
+    reported = job.extra["reports"]["progress"]
+    assert reported > 0
+    job.alloc = {}  # as `Engine._preempt` leaves it
+    ex.stop(job, "preempt", 100.0)
+    assert link.exits == [(1, -15, "preempt", 100.0)]
+    truth = get_profile("cifar10").fraction_done(ex.progress(job, 100.0))
+    assert job.extra["reports"]["progress"] == pytest.approx(truth) and truth > reported * 1.5
+
+    done = _cifar(2)
+    ex.start(done, 0.0)
+    finish = ex.next_event_time()
+    assert finish is not None
+    ex.advance(60.0 * (finish // 60))  # its last report a round before its end
+    assert done.extra["reports"]["progress"] < 1.0
+    ex.advance(finish + 30.0)
+    assert link.exits[-1] == (2, 0, "", finish)
+    assert done.extra["reports"]["progress"] == 1.0
 
 
 def test_unknown_estimates_mode_is_one_line():

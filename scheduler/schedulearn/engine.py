@@ -244,6 +244,10 @@ class Engine:
         if job is None or job.state.final:
             return
         now = self.clock() if now is None else now
+        try:
+            self.executor.collect(job, now)  # its last reports
+        except Exception:
+            log.warning("job %s: could not read its last reports", job_id, exc_info=True)
         self._untrack(job)
         why, job.stopping = job.stopping, None
         if why == "preempt":

@@ -105,6 +105,13 @@ class Executor:
         """Called before every round: a simulated executor reports the ends of runs up to `now`;
         live executors report ends as they happen (see `jobdir.JobDirExecutor.advance`)."""
 
+    def collect(self, job: Job, now: float) -> None:
+        """Called as `job`'s run ends, before the engine acts on its end: fold what the job
+        reported since the last round (live: the rest of its `metrics.jsonl`), so that a
+        finished job's progress, what later jobs learn from it, and a preempted job's progress
+        while it waits are what it last reported. A simulated executor emits its jobs' last
+        reports itself."""
+
     def next_event_time(self) -> float | None:
         """When the next run ends, if the executor can know it (simulation)."""
         return None

@@ -124,6 +124,11 @@ class JobDirExecutor(Executor):
         async for line in joblogs.afollow(path, done, interval, from_start=tail is None):
             yield line
 
+    def collect(self, job: Job, now: float) -> None:
+        from ..estimates import refresh
+
+        refresh(job, self.job_dir(job.id) / METRICS_FILE)
+
     def advance(self, now: float) -> None:
         """Before every round: pick up the step times running jobs reported with
         `schedulearn.elastic.report` (what the goodput policy sizes them by), and measure the

@@ -12,7 +12,9 @@ with a `report(progress, shape, bsz)` method is a job that reports (the applicat
 always; a rigid run time only when the job is elastic, and then only its progress), and before
 each round every such running job that has trained since its last report (at most once per
 `report_every` seconds) emits one — the same record a live job writes to `metrics.jsonl` — which
-goes through `schedulearn.estimates.ingest` exactly as live reports do.
+goes through `schedulearn.estimates.ingest` exactly as live reports do; a run that ends (done,
+or stopped for a preemption or a cancel) emits one more at its end, as a live job's last lines
+are read when its run ends.
 
 Resize pauses are measured as live. A resize in place costs the job its launcher's
 `in_place_penalty`, a checkpoint-restart (and every start) `restart_penalty`; the policy is never
@@ -107,6 +109,9 @@ class _Run:
     version: int = 0
     reported: float = -math.inf
     before: dict | None = None  # the last step before a resize whose pause is not measured yet
+    shape: tuple[int, ...] = ()  # GPUs per node of the placement it runs on (set by `_plan`:
+    # the engine empties `job.alloc` before it stops a preempted job, whose progress and last
+    # report are still those of the placement it had)
 
 
 def in_place_penalty_for(penalty: float | dict[str, float] | None, launcher: str) -> float | None:
@@ -147,7 +152,8 @@ class SimExecutor(Executor):
 
     def _plan(self, run: _Run) -> None:
         job = run.job
-        _, left = run.model.advance(run.progress, placement_shape(job.alloc), run.bsz, math.inf)
+        run.shape = placement_shape(job.alloc)
+        _, left = run.model.advance(run.progress, run.shape, run.bsz, math.inf)
         run.version = next(self._versions)
         run.finish = max(run.ready, run.last) + (left if left is not None else math.inf)
         if run.finish < math.inf:
@@ -157,8 +163,7 @@ class SimExecutor(Executor):
         """Bring `run.progress` up to `now` on the allocation it had since `run.last`."""
         start = max(run.last, run.ready)
         if now > start:
-            shape = placement_shape(run.job.alloc)
-            run.progress, _ = run.model.advance(run.progress, shape, run.bsz, now - start)
+            run.progress, _ = run.model.advance(run.progress, run.shape, run.bsz, now - start)
         run.last = max(run.last, now)
 
     def _batch(self, job: Job, now: float) -> int | None:
@@ -179,11 +184,9 @@ class SimExecutor(Executor):
 
     def resize(self, job: Job, old: Allocation, now: float, penalty: float | None = None) -> None:
         run = self.runs[job.id]
-        new, job.alloc = job.alloc, old  # progress so far was made on the old allocation
-        self._sync(run, now)
+        self._sync(run, now)  # progress so far was made on the old allocation (`run.shape`)
         if now >= run.ready:  # it has stepped since its last (re)start: its last step is now
             run.before = self._step(run, now)  # (else the pending resize's last step stays the last)
-        job.alloc = new
         run.ready = now + (self.restart_penalty if penalty is None else penalty)
         run.bsz = self._batch(job, now)
         self._plan(run)
@@ -200,7 +203,7 @@ class SimExecutor(Executor):
     def _step(self, run: _Run, t: float) -> dict | None:
         """The step record the job writes at `t` on its current placement (its true step time;
         None for a model that reports no step time)."""
-        shape = placement_shape(run.job.alloc)
+        shape = run.shape
         step = run.model.report(run.progress, shape, run.bsz).get("step_time") if run.reports else None
         if step is None:
             return None
@@ -243,6 +246,7 @@ class SimExecutor(Executor):
     def stop(self, job: Job, why: str, now: float) -> None:
         run = self.runs.pop(job.id)
         self._sync(run, now)
+        self._last_report(run, now)
         self.done[job.id] = run.progress
         assert self.engine is not None
         self.engine.job_exited(job.id, -15, why, now)
@@ -262,6 +266,7 @@ class SimExecutor(Executor):
             if run is None or run.version != version:
                 continue
             del self.runs[job_id]
+            self._last_report(run, t)
             self.models.pop(job_id, None)
             assert self.engine is not None
             self.engine.job_exited(job_id, 0, "", now=t)
@@ -272,17 +277,29 @@ class SimExecutor(Executor):
             if run.reports and now > run.ready and now - run.reported >= self.report_every - 1e-9:
                 self._report(run, now)
 
-    def _report(self, run: _Run, now: float) -> None:
-        """The job reports what it measured; a job that picks its batch size picks it again."""
+    def _emit(self, run: _Run, now: float) -> None:
+        """The job reports what it measured, up to `now`."""
         job = run.job
         self._sync(run, now)
-        shape = placement_shape(job.alloc)
+        shape = run.shape
         rec = run.model.report(run.progress, shape, run.bsz)
         rec.update(t=now, num_gpus=sum(shape), num_nodes=len(shape), restart=job.restarts)
         estimates.ingest(job, [rec])
         run.reported = now
+
+    def _last_report(self, run: _Run, now: float) -> None:
+        """A run that ends (done, or stopped) reports what it did since its last report: a live
+        job writes a report every step, and its last ones are read as its run ends
+        (`Executor.collect`)."""
+        if run.reports and now > max(run.ready, run.reported):
+            self._emit(run, now)
+
+    def _report(self, run: _Run, now: float) -> None:
+        """The job reports what it measured; a job that picks its batch size picks it again."""
+        job = run.job
+        self._emit(run, now)
         if job.batch_size is None and self.estimates == "reported":
-            bsz = estimates.estimate(job, now).best_batch(shape)
+            bsz = estimates.estimate(job, now).best_batch(run.shape)
             if bsz is not None and bsz != run.bsz:
                 run.bsz = bsz
                 self._plan(run)  # progress is synced to now: the new batch size from here on

@@ -28,6 +28,7 @@ NOW = datetime(2026, 11, 23, 15, 0).timestamp()  # a Monday, 15:00 local time
 # -- reading what users type ---------------------------------------------------------------------
 @pytest.mark.parametrize("text, after", [
     ("2h", 7200), ("90m", 5400), ("90min", 5400), ("1h30m", 5400), ("45s", 45), ("1.5h", 5400),
+    ("2d", 2 * 86400), ("1d12h", 36 * 3600), ("1D 6h 30m", 30.5 * 3600), ("2 days", 2 * 86400),
     ("18:00", 3 * 3600), ("2026-11-24 18:00", 27 * 3600), ("2026-11-23T15:30", 1800),
 ])
 def test_parse_reads_durations_times_of_day_and_dates(text, after):
@@ -35,13 +36,15 @@ def test_parse_reads_durations_times_of_day_and_dates(text, after):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("soon", "deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m), a time today"),
+    ("soon", "deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m, 2d), a time today"),
     ("", "deadline: cannot read ''"),
     ("25:00", "deadline: '25:00' is not a time of day"),
     ("14:00", "deadline: 14:00 today has passed; give a date and time (2026-11-24 14:00) or a duration"),
     ("2026-11-22 18:00", "deadline: 2026-11-22 18:00:00 is in the past (now 2026-11-23 15:00:00)"),
     ("0s", "deadline: 2026-11-23 15:00:00 is in the past"),
     ("800h", "deadline: 2026-12-26 23:00:00 is more than 30 days ahead; expected a time within 30 days"),
+    ("31d", "deadline: 2026-12-24 15:00:00 is more than 30 days ahead"),
+    ("2 weeks", "deadline: cannot read '2 weeks'"),
 ])
 def test_bad_deadlines_are_one_line_naming_the_field(text, message):
     with pytest.raises(SpecError) as e:
@@ -74,6 +77,8 @@ def test_the_engine_refuses_a_deadline_in_the_past_or_too_far_and_keeps_nothing(
     ({"state": "queued", "deadline": NOW + 600, "deadline_status": "will_miss"},
      "deadline in 10 min, will miss"),
     ({"state": "running", "deadline": NOW + 30, "deadline_status": "on_track"}, "deadline in 30 s, on track"),
+    ({"state": "queued", "deadline": NOW + 2 * 86400 + 3 * 3600 + 600, "deadline_status": "unknown"},
+     "deadline in 2 d 03 h, no estimate yet"),
     ({"state": "running", "deadline": NOW - 180, "deadline_status": "missed"}, "deadline passed 3 min ago"),
     ({"state": "succeeded", "deadline": NOW, "deadline_status": "met"}, "deadline met"),
     ({"state": "succeeded", "deadline": NOW, "deadline_status": "missed", "missed_by_s": 721.0},

@@ -137,7 +137,7 @@ class SchedulearnMagics(Magics):
     @argument("--epochs", type=int, default=None,
               help="the job's length in epochs: reported epochs count against it (progress, time left)")
     @argument("--deadline", default=None, metavar="WHEN",
-              help="finish by: a duration from submission (2h, 90m, 1h30m), a time today (18:00) or a "
+              help="finish by: a duration from submission (2h, 90m, 1h30m, 2d), a time today (18:00) or a "
                    "date and time (2026-11-24 18:00); the qoe policy plans for it, and the job view "
                    "says whether it is on track")
     @cell_magic

@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workdir", help="working directory of the job")
     p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--deadline", metavar="WHEN",
-                   help="finish by: a duration from now (2h, 90m, 1h30m), a time today (18:00) or a date "
+                   help="finish by: a duration from now (2h, 90m, 1h30m, 2d), a time today (18:00) or a date "
                         "and time (2026-11-24 18:00); the qoe policy plans for it")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")

@@ -1,9 +1,9 @@
 """QoE targets as times: "trained by 18:00" or "within 2 hours".
 
 A job's deadline (`JobSpec.deadline`) is absolute: seconds since the epoch live, virtual seconds
-in simulation. Front-ends turn what users type into it with `parse` (`2h`, `90m`, `1h30m`, `45s`
-relative to now; `18:00` today; `2026-11-24 18:00` or ISO 8601), and the engine refuses a
-deadline in the past or more than `HORIZON_S` ahead (`check`: one line naming the field).
+in simulation. Front-ends turn what users type into it with `parse` (`2h`, `90m`, `1h30m`, `45s`,
+`2d`, `1d12h` relative to now; `18:00` today; `2026-11-24 18:00` or ISO 8601), and the engine
+refuses a deadline in the past or more than `HORIZON_S` ahead (`check`: one line naming the field).
 
 What users read (`describe`): `on track`, `at risk` (it can still make it with more GPUs),
 `will miss` (the scheduler's estimate says it cannot, even on all the GPUs it may use), `met`,
@@ -23,10 +23,10 @@ HORIZON_S = 30 * 86400.0
 #: the statuses a deadline can have, as the API spells them
 STATUSES = ("on_track", "at_risk", "will_miss", "unknown", "met", "missed")
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*"
-                       r"(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d(?:ays?)?)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*"
+                       r"(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
-ALLOWED = "a duration (2h, 90m, 1h30m), a time today (18:00) or a date and time (2026-11-24 18:00)"
+ALLOWED = "a duration (2h, 90m, 1h30m, 2d), a time today (18:00) or a date and time (2026-11-24 18:00)"
 
 
 def parse(text: str, now: float | None = None) -> float:
@@ -37,8 +37,8 @@ def parse(text: str, now: float | None = None) -> float:
     value: float | None = None
     m = _DURATION.match(raw)
     if raw and m and any(m.groups()):
-        h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        value = now + 3600 * h + 60 * mi + s
+        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+        value = now + 86400 * d + 3600 * h + 60 * mi + s
     elif (c := _CLOCK.match(raw)) is not None:
         hour, minute = int(c.group(1)), int(c.group(2))
         if hour > 23 or minute > 59:
@@ -83,12 +83,15 @@ def _when(t: float, now: float) -> str:
 
 
 def fmt_minutes(seconds: float) -> str:
-    """`12 min`, `1 h 05 min`, `40 s`."""
+    """`12 min`, `1 h 05 min`, `40 s`; from a day on `2 d 03 h` (as the sidebar: `2d 3h`)."""
     s = abs(seconds)
     if s < 60:
         return f"{s:.0f} s"
     m = round(s / 60)
-    return f"{m} min" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+    if m < 60:
+        return f"{m} min"
+    h = m // 60
+    return f"{h} h {m % 60:02d} min" if h < 24 else f"{h // 24} d {h % 24:02d} h"
 
 
 def describe(status: str | None, missed_by_s: float | None = None) -> str:

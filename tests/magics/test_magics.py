@@ -162,7 +162,7 @@ def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell)
         ("--env NOEQUALS", "1", "--env: expected K=V"),
         ("--timeout soon", "1", "--timeout: expected a duration"),
         ("--epochs 0", "1", "--epochs: expected an integer >= 1, got 0"),
-        ("--deadline soon", "1", "--deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m)"),
+        ("--deadline soon", "1", "--deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m, 2d)"),
         ("--deadline 900h", "1", "--deadline: "),
         ("--min-gpus 3 --max-gpus 2 --gpus auto", "1", "--min-gpus: must be <= --max-gpus"),
         ("--gpus auto --resize in-place --launcher python", "1",

@@ -112,3 +112,42 @@ def test_engine_books_a_resize_in_place_as_no_restart(tmp_path, in_place):
     assert stored.restarts == a.restarts
     assert stored.extra[pauses.RESIZE_PAUSES_KEY] == a.extra[pauses.RESIZE_PAUSES_KEY]
     store.close()
+
+
+def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_path):
+    """Live, a resize's pause is measured from the reports read since the last round and the last
+    step read before them (the job's whole `metrics.jsonl` is not read again: here its early
+    bytes are spoiled once read, and the pause still comes out)."""
+    import json
+
+    from schedulearn.executors.local import LocalExecutor
+
+    class Link:
+        def __init__(self, job):
+            self.running, self.paused = {job.id: job}, []
+
+        def resize_paused(self, job_id, pause, now):
+            self.paused.append((job_id, pause["pause_s"], now))
+
+    ex = LocalExecutor(tmp_path / "jobs")
+    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, max_gpus=2), submit_time=0.0)
+    ex.engine = link = Link(job)
+    path = ex.job_dir(1) / "metrics.jsonl"
+    path.parent.mkdir(parents=True)
+
+    def write(*rows):
+        with path.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in _steps(*rows))
+
+    write((1.0, 1, 0), (2.0, 1, 0))
+    ex.advance(3.0)
+    job.extra[pauses.PENDING_KEY] = pauses.pending(10.0, 1, 2, 1, False)  # restarted at 10 s on 2
+    write((10.5, 1, 0))  # the old run's last step
+    ex.advance(11.0)
+    assert link.paused == []  # no step of the new run yet
+    read = path.stat().st_size
+    with path.open("r+") as f:
+        f.write("x" * (read - 1))
+    write((40.0, 2, 1))
+    ex.advance(41.0)
+    assert link.paused == [(1, 29.5, 41.0)]

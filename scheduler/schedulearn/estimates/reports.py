@@ -210,9 +210,11 @@ def _records(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def refresh(job: Job, path: str | Path) -> bool:
-    """Fold the lines the job appended to its `metrics.jsonl` since the last call. Live executors
-    call it for every running job before each round, and once more when its run ends.
+def refresh(job: Job, path: str | Path) -> list[dict[str, Any]]:
+    """Fold the lines the job appended to its `metrics.jsonl` since the last call, and return
+    the reports folded (empty: nothing new). Live executors call it for every running job before
+    each round, and once more when its run ends. `job.extra["_step_before"]` is then the last
+    step report before those (None where none was read since the server started).
 
     Only what is new is read: a stat per call when nothing changed, else the bytes after
     `reports_offset` (a job that reports every step writes a hundred thousand lines in a few
@@ -223,27 +225,34 @@ def refresh(job: Job, path: str | Path) -> bool:
     try:
         st = Path(path).stat()
     except OSError:
-        return False
+        return []
     stamp = [st.st_mtime_ns, st.st_size, st.st_ino]
     old = job.extra.get("_reports_stamp")
     if old == stamp:
-        return False
+        return []
     offset = job.extra.get("reports_offset")
     if offset is None and job.extra.get("reports_read"):  # kept by a version that counted records
         offset = _offset_after(path, int(job.extra["reports_read"]))
     offset = -1 if offset is None else int(offset)
     if not 0 <= offset <= st.st_size or (old is not None and old[2:] != stamp[2:]):
         offset, job.extra["reports_read"] = 0, 0
+        job.extra.pop("_last_step", None)
     try:
         data = nofollow.read_bytes(path, offset=offset)  # the job's file: no link, no FIFO
     except OSError:
-        return False
+        return []
     job.extra["_reports_stamp"] = stamp
     end = data.rfind(b"\n") + 1  # complete lines only
     records = _records(data[:end])
     job.extra["reports_offset"] = offset + end
     job.extra["reports_read"] = int(job.extra.get("reports_read", 0)) + len(records)
-    return ingest(job, records) > 0
+    records = [r for r in records if _num(r, "t", lo=-math.inf) is not None]
+    ingest(job, records)
+    steps = [r for r in records if r.get("step_time") is not None]
+    job.extra["_step_before"] = job.extra.get("_last_step")
+    if steps:
+        job.extra["_last_step"] = steps[-1]
+    return records
 
 
 def _offset_after(path: str | Path, count: int) -> int | None:

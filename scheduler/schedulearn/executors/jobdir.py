@@ -141,12 +141,14 @@ class JobDirExecutor(Executor):
 
         for job in list(self.engine.running.values()):
             path = self.job_dir(job.id) / METRICS_FILE
-            if not refresh(job, path):
+            new = refresh(job, path)
+            if not new:
                 continue
             mark = job.extra.get(pauses.PENDING_KEY)
             if mark is None:
                 continue
-            pause = pauses.measure(mark, load_reports(path))
+            before = job.extra.get("_step_before")  # the last step of the reports read before
+            pause = pauses.measure(mark, [before, *new] if before else load_reports(path))
             if pause is not None:
                 self.engine.resize_paused(job.id, pause, now)
             elif now - mark["t"] > pauses.GIVE_UP_S:

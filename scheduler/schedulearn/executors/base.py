@@ -3,7 +3,8 @@
 The engine calls `start`, `stop` and `resize` from its round and never waits on them. An
 executor reports every end of a run it was asked to start — normal exit, crash, or the end of a
 `stop` — exactly once, through `engine.job_exited(...)` (from its own threads:
-`engine.report_exit(...)`, which is thread-safe). A `resize` is the executor's business (a
+`engine.report_exit(...)`, which is thread-safe); as it applies that end, the engine first calls
+`collect`, for the job's last reports. A `resize` is the executor's business (a
 checkpoint-restart at the new size): the job stays running from the engine's point of view and
 its old process's exit must not be reported. A job that asks to be resized in place and runs
 where the executor can do it (`resizes_in_place`) gets `resize_in_place` instead: its workers

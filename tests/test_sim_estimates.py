@@ -140,9 +140,9 @@ def _cifar(job_id: int) -> Job:
 def test_a_run_that_ends_between_reports_reports_where_it_ended():
     """A live job reports every step and its last lines are read as its run ends; a simulated
     one reports once a round, and once more when its run ends: preempted between two reports,
-    its progress while it waits is where it stopped (the engine has emptied its allocation by
-    then: the progress is still that of the GPUs it had); done between two, its last report
-    says done."""
+    its progress while it waits is where it stopped (here, as after a move that found no GPUs,
+    the engine has emptied its allocation by then: the progress is still that of the GPUs it
+    had); done between two, its last report says done."""
     ex = SimExecutor(restart_penalty=0)
     ex.engine = link = _Link()
     job = _cifar(1)
@@ -150,7 +150,7 @@ def test_a_run_that_ends_between_reports_reports_where_it_ended():
     ex.advance(60.0)
     reported = job.extra["reports"]["progress"]
     assert reported > 0
-    job.alloc = {}  # as `Engine._preempt` leaves it
+    job.alloc = {}  # as `Engine._move` leaves it when no GPU is left for it
     ex.stop(job, "preempt", 100.0)
     assert link.exits == [(1, -15, "preempt", 100.0)]
     truth = get_profile("cifar10").fraction_done(ex.progress(job, 100.0))

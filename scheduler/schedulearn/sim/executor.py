@@ -110,8 +110,8 @@ class _Run:
     reported: float = -math.inf
     before: dict | None = None  # the last step before a resize whose pause is not measured yet
     shape: tuple[int, ...] = ()  # GPUs per node of the placement it runs on (set by `_plan`:
-    # the engine empties `job.alloc` before it stops a preempted job, whose progress and last
-    # report are still those of the placement it had)
+    # a move that finds no GPUs empties `job.alloc` before the engine stops the job, whose
+    # progress and last report are still those of the placement it had)
 
 
 def in_place_penalty_for(penalty: float | dict[str, float] | None, launcher: str) -> float | None:

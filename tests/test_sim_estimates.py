@@ -167,6 +167,55 @@ def test_a_run_that_ends_between_reports_reports_where_it_ended():
     assert done.extra["reports"]["progress"] == 1.0
 
 
+def test_a_live_sim_job_without_a_batch_size_starts_at_its_applications_initial_one():
+    """The server's `sim` executor: a job that names an application but no batch size starts at
+    the smallest batch its application accepts (before any report nothing else tells), runs,
+    reports and ends; it once failed to start and left a run behind whose every step raised, so
+    that no later round ran."""
+    from schedulearn.engine import Engine
+    from schedulearn.model import JobState, virtual_cluster
+    from schedulearn.sim.executor import live_model
+
+    eng = Engine(virtual_cluster(1, 4), "qoe", executor=SimExecutor(model=live_model), clock=lambda: 0.0)
+    job = eng.submit({"name": "c", "command": ["sim"], "application": "cifar10", "gpus": "auto",
+                      "max_gpus": 4, "deadline": 4 * 3600.0}, now=0.0)
+    other = eng.submit({"name": "d", "command": ["sim"], "duration": 120.0, "gpus": 1}, now=0.0)
+    t = 0.0
+    while not (job.state.final and other.state.final) and t < 6 * 3600:
+        eng.executor.advance(t)
+        eng.round(t)
+        t += 60.0
+    assert job.state is JobState.succeeded, job.reason
+    assert other.state is JobState.succeeded
+    assert job.extra["reports"]["progress"] == 1.0
+    assert get_profile("cifar10").init_batch_size in {
+        int(key.split(",")[2]) * int(key.split(",")[1]) for key in job.extra["reports"]["configs"]}
+
+
+def test_a_run_that_fails_to_start_leaves_nothing_behind():
+    """A job model that cannot run fails its job alone; the other jobs' runs go on."""
+    from schedulearn.engine import Engine
+    from schedulearn.model import JobState, virtual_cluster
+
+    class Broken(RigidModel):
+        def advance(self, progress, shape, bsz, dt):
+            raise ValueError("no such model")
+
+    def model(job):
+        kind = Broken if job.spec.name == "broken" else RigidModel
+        return kind(job.spec.duration, job.spec.requested)
+
+    eng = Engine(virtual_cluster(1, 2), "fifo", executor=SimExecutor(model=model), clock=lambda: 0.0)
+    broken = eng.submit({"name": "broken", "command": ["sim"], "duration": 60.0, "gpus": 1}, now=0.0)
+    fine = eng.submit({"name": "fine", "command": ["sim"], "duration": 60.0, "gpus": 1}, now=0.0)
+    eng.round(0.0)
+    assert broken.state is JobState.failed and "no such model" in broken.reason
+    assert broken.id not in eng.executor.runs
+    eng.executor.advance(120.0)
+    eng.round(120.0)
+    assert fine.state is JobState.succeeded
+
+
 def test_unknown_estimates_mode_is_one_line():
     with pytest.raises(ValueError, match=r"^estimates: expected one of reported, oracle, got 'truth'$"):
         SimExecutor(estimates="truth")

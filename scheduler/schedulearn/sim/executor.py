@@ -167,20 +167,35 @@ class SimExecutor(Executor):
         run.last = max(run.last, now)
 
     def _batch(self, job: Job, now: float) -> int | None:
-        """The batch size a run starts with: the job's, or the one it picks for its placement."""
-        if job.batch_size is not None or self.estimates == "oracle":
+        """The batch size a run starts with: the job's, or the one it picks for its placement —
+        from its reports, and before it has any (a spec with an application and no batch size,
+        as a live `sim` job may be) the smallest its application accepts, as a training script
+        starts at its own initial batch size. With the oracle, an adaptive job's None: the true
+        best of each epoch (`sim.adaptive`)."""
+        if job.batch_size is not None:
             return job.batch_size
-        return estimates.estimate(job, now).best_batch(placement_shape(job.alloc))
+        model = self.models.get(job.id)
+        if self.estimates == "oracle":
+            from .adaptive import AdaptiveBatch
+
+            if isinstance(model, AdaptiveBatch):
+                return None
+        else:
+            bsz = estimates.estimate(job, now).best_batch(placement_shape(job.alloc))
+            if bsz is not None:
+                return bsz
+        return getattr(model, "init_batch_size", None)
 
     def start(self, job: Job, now: float) -> None:
         model = self.models.get(job.id)
         if model is None:
             model = self.models[job.id] = self.model(job)
         reports = hasattr(model, "report") and (not isinstance(model, RigidModel) or job.spec.elastic)
-        run = _Run(job, model, self.done.pop(job.id, 0.0), now, now + self.restart_penalty,
+        run = _Run(job, model, self.done.get(job.id, 0.0), now, now + self.restart_penalty,
                    self._batch(job, now), reports)
+        self._plan(run)  # (a start that fails leaves no run behind for `advance` to step)
         self.runs[job.id] = run
-        self._plan(run)
+        self.done.pop(job.id, None)
 
     def resize(self, job: Job, old: Allocation, now: float, penalty: float | None = None) -> None:
         run = self.runs[job.id]

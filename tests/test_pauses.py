@@ -3,9 +3,12 @@ the engine's books of a resize in place (no restart counted) against a checkpoin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from schedulearn import pauses
 from schedulearn.engine import Engine
+from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import Job, JobSpec, SpecError, virtual_cluster
 from schedulearn.policies.goodput import Goodput
 from schedulearn.sim.executor import SimExecutor
@@ -118,10 +121,6 @@ def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_
     """Live, a resize's pause is measured from the reports read since the last round and the last
     step read before them (the job's whole `metrics.jsonl` is not read again: here its early
     bytes are spoiled once read, and the pause still comes out)."""
-    import json
-
-    from schedulearn.executors.local import LocalExecutor
-
     class Link:
         def __init__(self, job):
             self.running, self.paused = {job.id: job}, []

@@ -4,10 +4,11 @@ default), exactly as live; `--estimates oracle` differs only in what the estimat
 import json
 
 import pytest
+from schedulearn.engine import Engine
 from schedulearn.estimates import Estimate, estimate
-from schedulearn.model import Job, JobSpec, parse_cluster
+from schedulearn.model import Job, JobSpec, JobState, parse_cluster, virtual_cluster
 from schedulearn.sim.apps import get_profile
-from schedulearn.sim.executor import RigidModel, SimExecutor
+from schedulearn.sim.executor import RigidModel, SimExecutor, live_model
 from schedulearn.sim.oracle import OracleEstimate
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob, load_trace
@@ -172,10 +173,6 @@ def test_a_live_sim_job_without_a_batch_size_starts_at_its_applications_initial_
     the smallest batch its application accepts (before any report nothing else tells), runs,
     reports and ends; it once failed to start and left a run behind whose every step raised, so
     that no later round ran."""
-    from schedulearn.engine import Engine
-    from schedulearn.model import JobState, virtual_cluster
-    from schedulearn.sim.executor import live_model
-
     eng = Engine(virtual_cluster(1, 4), "qoe", executor=SimExecutor(model=live_model), clock=lambda: 0.0)
     job = eng.submit({"name": "c", "command": ["sim"], "application": "cifar10", "gpus": "auto",
                       "max_gpus": 4, "deadline": 4 * 3600.0}, now=0.0)
@@ -194,9 +191,6 @@ def test_a_live_sim_job_without_a_batch_size_starts_at_its_applications_initial_
 
 def test_a_run_that_fails_to_start_leaves_nothing_behind():
     """A job model that cannot run fails its job alone; the other jobs' runs go on."""
-    from schedulearn.engine import Engine
-    from schedulearn.model import JobState, virtual_cluster
-
     class Broken(RigidModel):
         def advance(self, progress, shape, bsz, dt):
             raise ValueError("no such model")

@@ -89,6 +89,10 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     wait_for(lambda: Client(live_server.url, live_server.token).job(sleeper["id"])["state"] == "cancelled")
     again = cli(env, "cancel", str(sleeper["id"]), check=False)
     assert again.returncode == 1 and "already cancelled (HTTP 409)" in again.stderr
+    assert again.stderr.count(f"job {sleeper['id']}") == 1  # said once, not twice
+    unknown = cli(env, "cancel", "999999", check=False)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert unknown.stderr.startswith("schedulearn: job: no job with id") and unknown.stderr.count("job") == 2
     # bad input: one line naming the field
     bad = cli(env, "submit", "--gpus", "0", "--", "true", check=False)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpus: " in bad.stderr

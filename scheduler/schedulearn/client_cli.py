@@ -238,7 +238,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                 print(f"job {job_id}: {'cancelled' if job['state'] == 'cancelled' else 'stopping'}")
         except ClientError as e:
             failed += 1
-            print(f"schedulearn: job {job_id}: {e}", file=sys.stderr)
+            said = str(e)  # the server's message names the job (or the field) itself mostly
+            named = said.startswith((f"job {job_id}:", "job:"))
+            print(f"schedulearn: {said if named else f'job {job_id}: {said}'}", file=sys.stderr)
     if args.json:
         _print_json({"jobs": done})
     return 1 if failed else 0

@@ -138,7 +138,7 @@ def alloc_text(job: dict[str, Any]) -> str:
     return "(" + " ".join(f"{node}:{','.join(str(i) for i in idx)}" for node, idx in alloc.items()) + ")"
 
 
-COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran", "progress")
+COLUMNS = ("id", "user", "name", "state", "GPUs", "waited", "ran", "progress", "deadline")
 
 
 def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple[str, ...]]:
@@ -148,6 +148,7 @@ def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple
             str(j.get("id")), str(j.get("user") or "-"), str(j.get("name", "")), str(j.get("state")),
             shown_gpus(j), fmt_seconds(waited(j, now)), fmt_seconds(ran(j, now)),
             progress_text(j) if j.get("state") != "succeeded" else "",
+            deadline_text(j, now).removeprefix("deadline "),  # `in 20 min, at risk`, `met`
         ))
     return rows
 

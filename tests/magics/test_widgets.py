@@ -181,6 +181,23 @@ def test_gpu_counts_shown_for_running_finished_and_auto_jobs() -> None:
     assert [row[4] for row in views.job_rows([running, done, waiting], now=0)] == ["3", "2", "auto"]
 
 
+def test_the_job_tables_show_each_deadline() -> None:
+    """`%schedulearn ls` and the queue widget say what `schedulearn ls` says of a deadline."""
+    from schedulearn_magics import views
+
+    spec = {"gpus": 1}
+    risky = {"id": 1, "name": "a", "state": "running", "gpus": 2, "spec": spec,
+             "deadline": 1_200.0, "deadline_status": "at_risk"}
+    late = {"id": 2, "name": "b", "state": "succeeded", "gpus": 0, "spec": spec,
+            "deadline": 60.0, "deadline_status": "missed", "missed_by_s": 720.0}
+    none = {"id": 3, "name": "c", "state": "queued", "gpus": 0, "spec": spec}
+    at = views.COLUMNS.index("deadline")
+    rows = views.job_rows([risky, late, none], now=0)
+    assert [r[at] for r in rows] == ["in 20 min, at risk", "missed by 12 min", ""]
+    assert views.text_table([risky], now=0).splitlines()[0].split()[-1] == "deadline"
+    assert "<td style='padding:0 8px'>in 20 min, at risk</td>" in views.html_table([risky], now=0)
+
+
 def test_a_queued_job_shows_the_schedulers_reason_for_waiting() -> None:
     from schedulearn_magics import views
 

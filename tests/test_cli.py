@@ -218,6 +218,19 @@ def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     assert p.returncode == 1 and "cannot reach" in p.stderr, p.stderr
 
 
+def test_submit_refuses_arguments_that_a_script_would_never_get(tmp_path):
+    """`--script train.py -- 600 1` ran the script without its arguments (a job that failed on
+    `sys.argv[1]`): a script carries no argv, so the arguments are refused, naming the way."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint(sys.argv)\n")
+    p = cli("submit", "--url", "http://127.0.0.1:9/", "--script", str(script), "--", "600", "1")
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("schedulearn: script: takes no arguments; got '600 1' after --")
+    assert f"-- python {script} ARGS" in p.stderr
+    p = cli("submit", "--url", "http://127.0.0.1:9/", "--script", str(script))  # alone: it is sent
+    assert p.returncode == 1 and "cannot reach" in p.stderr, p.stderr
+
+
 def test_serve_comes_from_the_jupyter_side_through_the_extension_hook():
     require(importlib.util.find_spec("schedulearn_jupyter") is not None, "the Jupyter side is not installed")
     p = cli("serve", "--help")

@@ -110,6 +110,9 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec["command"] = command
         spec.pop("script", None)
     if args.script is not None:
+        if command:  # a script has no argv of its own: they would be dropped without a word
+            raise ClientError(f"script: takes no arguments; got {' '.join(command)!r} after -- "
+                              f"(run `-- python {args.script} ARGS` instead, or drop --script)")
         try:
             spec["script"] = args.script.read_text()
         except OSError as e:

@@ -255,6 +255,17 @@ def test_a_job_that_cannot_make_it_is_flagged_early_and_left_best_effort():
     assert final[0]["deadline_status"] == "missed" and final[0]["missed_by_s"] > 0
 
 
+def test_a_rigid_job_found_to_miss_gives_way_at_the_next_tick_not_at_the_next_event(tmp_path):
+    """Rigid jobs alone: `b` (all 4 GPUs, 300 s, due in 60 s) starts first, knowing nothing;
+    `a` (2 GPUs, 120 s, due at 401) waits behind it. Once b's reports say it will miss, `qoe`
+    leaves it to best effort and `a` runs — at a tick, with no submission or exit to trigger a
+    round. Before, `qoe` asked for no tick with rigid jobs alone, and `a` ended at 420."""
+    trace = _trace(tmp_path, "b,0,4,300,60\na,1,2,120,400\n")
+    jobs = {j.spec.name: j for j in simulate(trace, parse_cluster("1x4"), "qoe").jobs}
+    assert jobs["a"].end_time <= jobs["a"].spec.deadline, jobs["a"].end_time
+    assert jobs["b"].restarts == 1 and jobs["b"].state.value == "succeeded"  # best effort
+
+
 @pytest.mark.parametrize("declared, measured, status", [
     (None, None, "will_miss"),  # the policies' default: 30 s
     (5.0, None, "at_risk"),  # the policy's restart_cost: what a restart costs on this set-up

@@ -57,6 +57,7 @@ class QoE(Goodput):
         self._dropped: set[int] = set()  # deadline jobs left to best effort to save the others
         self._planned: dict[int, int] = {}  # with best-effort jobs: the GPUs planned, and no more
         self._beside = False  # whether this round has best-effort jobs
+        self._timed = False  # whether this round had a job with a deadline
 
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
         now, left = ctx.now, ctx.capacity
@@ -67,6 +68,7 @@ class QoE(Goodput):
                 self.give(job, job.spec.min_size, size, now)
                 left -= job.spec.min_size
         self._dropped &= {j.id for j in order}
+        self._timed = any(j.spec.deadline is not None for j in order)
         self._planned = {}
         beside = self._beside = any(j.spec.deadline is None for j in order)  # best-effort jobs
         kept = self.kept(ctx, [j for j in order if j not in size and (
@@ -96,6 +98,13 @@ class QoE(Goodput):
                 if beside:
                     self._planned[job.id] = n
         return super().admit(ctx, self.rest(order), size, per_node)  # 3. the rest at their minimum
+
+    def next_change(self, running: list[Job], now: float) -> float:
+        """With a deadline in play, every tick: time left shrinks and reports come in, so a plan
+        changes with time alone even when every job is rigid (a rigid job found to miss its
+        deadline gives way to one that can still make it, at the next tick, not at the next
+        submission or exit)."""
+        return now if self._timed else super().next_change(running, now)
 
     def gave_up(self, job: Job) -> bool:
         return job.id in self._dropped

@@ -21,6 +21,7 @@ Pure functions on a `Job`; no I/O.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from typing import Any
@@ -58,7 +59,8 @@ def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]]) -> dict[str
     before = None
     for rec in records:
         t = rec.get("t")
-        if not isinstance(t, (int, float)) or rec.get("step_time") is None:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
+                or rec.get("step_time") is None:
             continue
         if t > mark["t"] and _after(rec, mark):
             if before is None:

@@ -55,15 +55,25 @@ def state(job: Job) -> dict[str, Any]:
     return job.extra.get(REPORTS_KEY) or {}
 
 
+#: the largest value of a report's field that is believed (beyond, the field is ignored like a
+#: non-number: a job's typo, such as `num_gpus=2**63` or `step_time=1e308`, must not overflow the
+#: estimator in the server's scheduling round); the rest are bounded by finiteness alone
+_MAX = {"t": 1e11, "num_gpus": 1 << 16, "num_nodes": 1 << 16, "batch_size": 1 << 30,
+        "init_batch_size": 1 << 30, "max_batch_size": 1 << 30, "max_local_bsz": 1 << 30,
+        "accum_steps": 1 << 20, "restart": 1 << 30, "step_time": 1e6, "compute_time": 1e6,
+        "grad_sqr": 1e100, "grad_var": 1e100}
+
+
 def _num(rec: dict, key: str, kind=float, lo: float = 0.0) -> Any:
+    """`rec[key]` as a number of `kind` in [lo, its `_MAX`], else None."""
     v = rec.get(key)
     if v is None or isinstance(v, bool):
         return None
     try:
         v = kind(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return v if math.isfinite(v) and v >= lo else None
+    return v if math.isfinite(v) and lo <= v <= _MAX.get(key, math.inf) else None
 
 
 def progress_of(rec: dict, epochs: int | None = None) -> float | None:
@@ -85,7 +95,7 @@ def ingest(job: Job, records: Iterable[dict[str, Any]]) -> int:
     st = job.extra.setdefault(REPORTS_KEY, {})
     used = 0
     for rec in records:
-        if not isinstance(rec, dict) or _num(rec, "t", lo=-math.inf) is None:
+        if not isinstance(rec, dict) or _num(rec, "t", lo=-_MAX["t"]) is None:
             continue
         _fold(st, rec, job.spec.epochs)
         used += 1
@@ -190,12 +200,13 @@ def efficiency(st: dict[str, Any], batch: int | None) -> float:
 
 # -- live: metrics.jsonl -------------------------------------------------------------------------
 def load_reports(path: str | Path) -> list[dict[str, Any]]:
-    """The report objects of a job's `metrics.jsonl` (lines that are not JSON objects skipped)."""
+    """The reports of a job's `metrics.jsonl` (lines that are not JSON objects with a believable
+    time `t` skipped, as `ingest` skips them)."""
     try:
         data = nofollow.read_bytes(path)  # the job's file: no link, no FIFO
     except OSError:
         return []
-    return _records(data)
+    return [r for r in _records(data) if _num(r, "t", lo=-_MAX["t"]) is not None]
 
 
 def _records(data: bytes) -> list[dict[str, Any]]:
@@ -246,7 +257,7 @@ def refresh(job: Job, path: str | Path) -> list[dict[str, Any]]:
     records = _records(data[:end])
     job.extra["reports_offset"] = offset + end
     job.extra["reports_read"] = int(job.extra.get("reports_read", 0)) + len(records)
-    records = [r for r in records if _num(r, "t", lo=-math.inf) is not None]
+    records = [r for r in records if _num(r, "t", lo=-_MAX["t"]) is not None]
     ingest(job, records)
     steps = [r for r in records if r.get("step_time") is not None]
     job.extra["_step_before"] = job.extra.get("_last_step")

@@ -152,3 +152,21 @@ def test_learning_rate_rules_and_bad_arguments():
     mon = elastic.Monitor(model, opt, batch_size=16)
     with pytest.raises(RuntimeError, match="call backward"):
         mon.step()
+
+
+def test_report_fills_in_the_placement_unless_the_loop_gives_it(tmp_path, monkeypatch):
+    """`report()` adds the placement from the launcher's environment; a loop that states its own
+    (`num_gpus=8`) is believed — it raised `TypeError: got multiple values for keyword argument`."""
+    from schedulearn import elastic
+
+    for var in ("WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK",
+                "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SCHEDULEARN_NUM_NODES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    monkeypatch.setenv("SCHEDULEARN_NUM_GPUS", "2")
+    monkeypatch.setenv("SCHEDULEARN_RESTART_COUNT", "3")
+    elastic.report(step_time=0.5, batch_size=64)
+    elastic.report(step_time=0.5, batch_size=64, num_gpus=8, num_nodes=2, restart=4)
+    first, second = (json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines())
+    assert (first["num_gpus"], first["num_nodes"], first["restart"]) == (2, 1, 3)
+    assert (second["num_gpus"], second["num_nodes"], second["restart"]) == (8, 2, 4)

@@ -175,7 +175,8 @@ class Checkpointer:
 def report(step_time: float | None = None, batch_size: int | None = None, **extra: Any) -> None:
     """Append `{"t", "step_time", "batch_size", "num_gpus", "num_nodes", "restart", ...}` to the
     job's `metrics.jsonl` (rank 0 only). Any field of `schedulearn.estimates.reports` may be
-    given, e.g. `report(progress=0.4)` alone for a job that only knows how far it is."""
+    given, e.g. `report(progress=0.4)` alone for a job that only knows how far it is; the
+    placement and run number are filled in from the launcher's environment unless given."""
     if _rank() != 0:
         return
     rec: dict[str, Any] = {"t": time.time()}
@@ -185,7 +186,8 @@ def report(step_time: float | None = None, batch_size: int | None = None, **extr
         rec["batch_size"] = int(batch_size)
     world, hvd = _world(), _live_horovod()
     nodes = max(-(-world // max(int(hvd.local_size()), 1)), 1) if hvd is not None else _nodes_from_env(world)
-    rec.update(num_gpus=world, num_nodes=nodes, restart=restart_count(), **extra)
+    rec.update({"num_gpus": world, "num_nodes": nodes, "restart": restart_count()})
+    rec.update(extra)  # what the caller says wins (a loop that knows its own placement better)
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
 

@@ -255,6 +255,39 @@ def test_reports_are_read_from_where_the_last_read_ended(tmp_path):
     assert job.extra["reports_read"] == 1 and job.extra["reports"]["progress"] == pytest.approx(0.05)
 
 
+def test_a_huge_metrics_file_is_read_a_bounded_chunk_at_a_time(tmp_path, monkeypatch):
+    """A job that writes far more than a round's reports (or one endless line) must not make the
+    server read it all into memory at once: each refresh reads at most `READ_AT_MOST` bytes and
+    the next goes on; a line longer than that is skipped whole, and the reports after it count."""
+    from schedulearn.estimates import reports
+
+    monkeypatch.setattr(reports, "READ_AT_MOST", 4096)
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps(_report(t, 1, 64, progress=t / 1000)) + "\n" for t in range(1, 101)]
+    junk = json.dumps({"t": 101, "blob": "x" * 10_000}) + "\n"  # one line over the bound
+    after = json.dumps(_report(102, 2, 64, progress=0.5)) + "\n"
+    path.write_text("".join(lines) + junk + after)
+    assert path.stat().st_size > 4 * 4096
+    reads, seen = [], []
+    real = reports.nofollow.read_bytes
+
+    def counting(*args, **kw):
+        data = real(*args, **kw)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(reports.nofollow, "read_bytes", counting)
+    job = _job(batch_size=64)
+    for _ in range(20):
+        seen += [r["t"] for r in refresh(job, path)]
+        if job.extra["reports_offset"] == path.stat().st_size:
+            break
+    assert max(reads) <= 4096 and len(reads) > 4
+    assert seen == [*range(1, 101), 102]  # every report once, in order; the long line skipped
+    assert job.extra["reports"]["progress"] == pytest.approx(0.5) and job.extra["reports"]["max_gpus"] == 2
+    assert not refresh(job, path)  # all read: nothing new until the file changes
+
+
 def test_reports_counted_by_an_earlier_version_are_not_read_again(tmp_path):
     """A job stored by a version that kept only how many reports it had read (`reports_read`)
     goes on from the report after those, once the server runs this version."""

@@ -37,15 +37,17 @@ def opener(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
-def read_bytes(path: str | os.PathLike[str], owner: int | None = None, offset: int = 0) -> bytes:
-    """The file's bytes (from byte `offset` on); with `owner`, only if that uid owns it
-    (PermissionError otherwise): a file the server wrote, not one a job put in its place."""
+def read_bytes(path: str | os.PathLike[str], owner: int | None = None, offset: int = 0,
+               limit: int = -1) -> bytes:
+    """The file's bytes (from byte `offset` on, at most `limit` of them when it is not -1); with
+    `owner`, only if that uid owns it (PermissionError otherwise): a file the server wrote, not
+    one a job put in its place."""
     with open(path, "rb", opener=opener) as f:
         if owner is not None and os.fstat(f.fileno()).st_uid != owner:
             raise PermissionError(errno.EPERM, f"not owned by uid {owner}", str(path))
         if offset:
             f.seek(offset)
-        return f.read()
+        return f.read(limit)
 
 
 def read_text(path: str | os.PathLike[str], owner: int | None = None) -> str:

@@ -55,6 +55,10 @@ def state(job: Job) -> dict[str, Any]:
     return job.extra.get(REPORTS_KEY) or {}
 
 
+#: the most bytes of a job's `metrics.jsonl` read at once (what follows is read at the next call):
+#: a job that writes a gigabyte of reports, or one endless line, must not fill the server's memory
+READ_AT_MOST = 8 << 20
+
 #: the largest value of a report's field that is believed (beyond, the field is ignored like a
 #: non-number: a job's typo, such as `num_gpus=2**63` or `step_time=1e308`, must not overflow the
 #: estimator in the server's scheduling round); the rest are bounded by finiteness alone
@@ -232,7 +236,8 @@ def refresh(job: Job, path: str | Path) -> list[dict[str, Any]]:
     hours; reading the whole file each round took 0.4 s per job there, on the server's event
     loop). A line still being written (no newline yet) waits for the next call; a file shorter
     than the offset, or another file at the path, is read from its start (the job's directory
-    was reset)."""
+    was reset). At most `READ_AT_MOST` bytes are read a call, the rest at the next ones; a line
+    longer than that is skipped whole."""
     try:
         st = Path(path).stat()
     except OSError:
@@ -248,12 +253,22 @@ def refresh(job: Job, path: str | Path) -> list[dict[str, Any]]:
     if not 0 <= offset <= st.st_size or (old is not None and old[2:] != stamp[2:]):
         offset, job.extra["reports_read"] = 0, 0
         job.extra.pop("_last_step", None)
-    try:
-        data = nofollow.read_bytes(path, offset=offset)  # the job's file: no link, no FIFO
+        job.extra.pop("_overlong", None)
+    try:  # the job's file: no link, no FIFO; a bounded read (the rest at the next call)
+        data = nofollow.read_bytes(path, offset=offset, limit=READ_AT_MOST)
     except OSError:
         return []
-    job.extra["_reports_stamp"] = stamp
+    if offset + len(data) >= st.st_size:  # all of it read: nothing new until the file changes
+        job.extra["_reports_stamp"] = stamp
+    if job.extra.get("_overlong"):  # the rest of a line longer than READ_AT_MOST: not a report
+        cut = data.find(b"\n") + 1
+        if cut:
+            job.extra.pop("_overlong")
+        offset, data = offset + (cut or len(data)), data[cut:] if cut else b""
     end = data.rfind(b"\n") + 1  # complete lines only
+    if not end and len(data) >= READ_AT_MOST:  # one line fills the read: skipped, to its end
+        end, job.extra["_overlong"] = len(data), True
+        data = b""
     records = _records(data[:end])
     job.extra["reports_offset"] = offset + end
     job.extra["reports_read"] = int(job.extra.get("reports_read", 0)) + len(records)

@@ -29,6 +29,8 @@ NOW = datetime(2026, 11, 23, 15, 0).timestamp()  # a Monday, 15:00 local time
 @pytest.mark.parametrize("text, after", [
     ("2h", 7200), ("90m", 5400), ("90min", 5400), ("1h30m", 5400), ("45s", 45), ("1.5h", 5400),
     ("2d", 2 * 86400), ("1d12h", 36 * 3600), ("1D 6h 30m", 30.5 * 3600), ("2 days", 2 * 86400),
+    ("2 hours", 7200), ("1 hour 30 minutes", 5400), ("2 hrs", 7200), ("1 hr 5 mins", 3900),
+    ("90 seconds", 90), ("30 secs", 30), ("1 day 2 hours", 26 * 3600),
     ("18:00", 3 * 3600), ("2026-11-24 18:00", 27 * 3600), ("2026-11-23T15:30", 1800),
 ])
 def test_parse_reads_durations_times_of_day_and_dates(text, after):
@@ -45,6 +47,7 @@ def test_parse_reads_durations_times_of_day_and_dates(text, after):
     ("800h", "deadline: 2026-12-26 23:00:00 is more than 30 days ahead; expected a time within 30 days"),
     ("31d", "deadline: 2026-12-24 15:00:00 is more than 30 days ahead"),
     ("2 weeks", "deadline: cannot read '2 weeks'"),
+    ("2 hourss", "deadline: cannot read '2 hourss'"), ("1h30", "deadline: cannot read '1h30'"),
 ])
 def test_bad_deadlines_are_one_line_naming_the_field(text, message):
     with pytest.raises(SpecError) as e:

@@ -23,8 +23,9 @@ HORIZON_S = 30 * 86400.0
 #: the statuses a deadline can have, as the API spells them
 STATUSES = ("on_track", "at_risk", "will_miss", "unknown", "met", "missed")
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d(?:ays?)?)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*"
-                       r"(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
+_NUM = r"(\d+(?:\.\d+)?)\s*"  # a number, then a unit: its letter or its word (2h, 2 hours, 2 hrs)
+_DURATION = re.compile(rf"^\s*(?:{_NUM}d(?:ays?)?)?\s*(?:{_NUM}h(?:ours?|rs?)?)?\s*"
+                       rf"(?:{_NUM}m(?:in(?:ute)?s?)?)?\s*(?:{_NUM}s(?:ec(?:ond)?s?)?)?\s*$", re.IGNORECASE)
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
 ALLOWED = "a duration (2h, 90m, 1h30m, 2d), a time today (18:00) or a date and time (2026-11-24 18:00)"
 

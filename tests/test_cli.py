@@ -238,3 +238,28 @@ def test_serve_comes_from_the_jupyter_side_through_the_extension_hook():
     for word in ("--tokens", "--executor", "local | docker | slurm | sim", "--docker-host",
                  "--default-image", "--slurm-partition"):
         assert word in p.stdout
+
+
+def test_a_long_simulation_shows_its_progress(capsys, monkeypatch):
+    """`simulate` reports each job's end to `progress`; the CLI turns that into a line every 15 s
+    on stderr (in place on a terminal), with the jobs done, the simulated time and an ETA."""
+    from schedulearn import cli as cli_module
+    from schedulearn.model import parse_cluster
+    from schedulearn.sim.simulate import simulate
+    from schedulearn.sim.traces import load_trace
+
+    trace = load_trace(SMALL)
+    seen = []
+    simulate(trace, parse_cluster("2x4"), "fifo", progress=lambda done, t: seen.append((done, t)))
+    assert [d for d, _ in seen] == list(range(1, len(trace) + 1))
+    assert [t for _, t in seen] == sorted(t for _, t in seen) and seen[-1][1] > 0
+
+    monkeypatch.setattr(cli_module._Progress, "QUIET_S", 0.0)
+    monkeypatch.setattr(cli_module._Progress, "EVERY", 0.0)
+    shown = cli_module._Progress("qoe", 160)
+    shown(40, 3 * 3600)
+    shown(160, 9 * 3600)  # the last job: the result lines follow at once
+    shown.clear()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("simulate: qoe: 40/160 jobs done, 3.0 h simulated, ") and " s left" in err

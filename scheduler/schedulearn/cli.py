@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import json
 import sys
+import time
 from typing import Any, NoReturn
 
 from . import __version__, client_cli
@@ -188,7 +189,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from . import policies
     from .model import parse_cluster
-    from .sim.simulate import simulate
+    from .sim.simulate import check_fits, simulate
     from .sim.traces import REFERENCE_SETTINGS, load_trace, trace_format
 
     names = list(policies.policy_classes())
@@ -221,17 +222,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     given = {"cluster": args.cluster, "interval": args.interval, "restart_penalty": args.restart_penalty}
     defaulted = [f"--{k.replace('_', '-')}" for k in reference if given[k] is None]
     note = f" ({', '.join(defaulted)}: the {fmt} trace format's reference set-up)" if defaulted else ""
+    check_fits(trace, nodes)  # (a SpecError: one line, exit 2)
+    if not args.quiet:
+        line = _settings_line(cluster, interval, args.tick, penalty, args.estimates)
+        if args.in_place_penalty is not None:
+            line += f", resize in place {_penalty_text(args.in_place_penalty)}"
+        print(f"simulate: {line}{note}", file=sys.stderr, flush=True)
     results = []
     for name in chosen:
+        shown = None if args.quiet else _Progress(name, len(trace))
         r = simulate(trace, nodes, name, interval=interval, tick=args.tick,
                      restart_penalty=penalty, record=bool(args.plot), estimates=args.estimates,
-                     in_place_penalty=args.in_place_penalty)
+                     in_place_penalty=args.in_place_penalty, progress=shown)
+        if shown is not None:
+            shown.clear()
         results.append(r)
-        if not args.quiet and len(results) == 1:  # once the trace proved to fit the cluster
-            line = _settings_line(cluster, interval, args.tick, penalty, args.estimates)
-            if args.in_place_penalty is not None:
-                line += f", resize in place {_penalty_text(args.in_place_penalty)}"
-            print(f"simulate: {line}{note}", file=sys.stderr)
         if not args.quiet:
             print(f"simulate: {name}: {len(trace)} jobs, {r.rounds} rounds, {r.wall_s:.1f} s",
                   file=sys.stderr, flush=True)
@@ -253,6 +258,41 @@ def _settings_line(cluster: str, interval: float | None, tick: float, penalty: f
     known = ("estimates from what jobs report" if estimates == "reported"
              else "estimates from the true job models (oracle: an upper bound)")
     return f"cluster {cluster}, {rounds}, tick {tick:g} s, restart penalty {penalty:g} s, {known}"
+
+
+class _Progress:
+    """`simulate: qoe: 57/160 jobs done, 5.2 h simulated, 31 s, ~55 s left` on stderr while a
+    long simulation runs: rewritten in place on a terminal (at most twice a second), a line every
+    `EVERY` seconds elsewhere (a CI log); nothing in its first seconds (short runs stay quiet)."""
+
+    QUIET_S, EVERY = 2.0, 15.0
+
+    def __init__(self, policy: str, total: int) -> None:
+        self.policy, self.total = policy, total
+        self.tty = sys.stderr.isatty()
+        self.began = time.perf_counter()
+        self.last = self.began + self.QUIET_S - (0.5 if self.tty else self.EVERY)
+        self.drawn = False
+
+    def __call__(self, done: int, sim_s: float) -> None:
+        now = time.perf_counter()
+        if now - self.last < (0.5 if self.tty else self.EVERY) or done >= self.total:
+            return
+        self.last, took = now, now - self.began
+        left = took * (self.total - done) / done
+        line = (f"simulate: {self.policy}: {done}/{self.total} jobs done, {sim_s / 3600:.1f} h "
+                f"simulated, {took:.0f} s, ~{left:.0f} s left")
+        if self.tty:
+            sys.stderr.write("\r" + line + "\033[K")
+            self.drawn = True
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 def _plotter():

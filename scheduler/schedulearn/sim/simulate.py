@@ -29,6 +29,19 @@ class SimResult:
     history: list[tuple[float, int, dict[str, list[int]]]] = field(default_factory=list, repr=False)
 
 
+_ENDS = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def check_fits(trace: list[TraceJob], nodes: list[Node]) -> int:
+    """The cluster's GPUs; `SpecError` naming the trace line of a job that needs more."""
+    total = sum(len(n.gpus) for n in nodes)
+    for tj in trace:
+        if tj.spec.min_size > total:
+            raise SpecError(
+                f"{tj.where}: gpus: at most {total} (the GPUs of the cluster), got {tj.spec.min_size}")
+    return total
+
+
 def simulate(
     trace: list[TraceJob],
     nodes: list[Node],
@@ -42,17 +55,15 @@ def simulate(
     record: bool = False,
     estimates: str = "reported",
     in_place_penalty: float | dict[str, float] | None = None,
+    progress: Callable[[int, float], object] | None = None,
 ) -> SimResult:
     """Replay `trace` on `nodes` under `policy`. `estimates`: what policies learn of a job —
     `reported` (what the simulated job reports, as live) or `oracle` (the job model's ground
     truth: an upper bound for comparison). `in_place_penalty`: seconds a resize in place pauses
     a job that asks for one (`resize: in-place`), one figure or one per launcher
-    (`SimExecutor`); `restart_penalty` for every other resize, start and preemption."""
-    total = sum(len(n.gpus) for n in nodes)
-    for tj in trace:
-        if tj.spec.min_size > total:
-            raise SpecError(
-                f"{tj.where}: gpus: at most {total} (the GPUs of the cluster), got {tj.spec.min_size}")
+    (`SimExecutor`); `restart_penalty` for every other resize, start and preemption.
+    `progress(jobs ended, simulated seconds)` is called as each job ends."""
+    total = check_fits(trace, nodes)
     clock = VirtualClock([(tj.submit_time, tj.spec) for tj in trace], interval, tick, list(actions))
     executor = executor or SimExecutor(restart_penalty=restart_penalty, estimates=estimates,
                                        in_place_penalty=in_place_penalty)
@@ -66,6 +77,16 @@ def simulate(
                 history.append((t, job["id"], job["alloc"]))
 
         engine.listeners.append(listen)
+    if progress is not None:
+        ended = 0
+
+        def count(event: dict) -> None:
+            nonlocal ended
+            if event["event"] in _ENDS:
+                ended += 1
+                progress(ended, clock.now())
+
+        engine.listeners.append(count)
     began = time.perf_counter()
     collecting = gc.isenabled()
     gc.disable()  # the replay makes few reference cycles; collecting them cost 30% of its time

@@ -66,6 +66,10 @@ def test_quickstart_runs_end_to_end(server: LiveServer, client: Client, tmp_path
     assert by_name["auto-quickstart"]["spec"]["launcher"] == "torchrun"
     assert by_name["auto-quickstart"]["spec"]["gpus"] == "auto"
     assert all(j["state"] == "succeeded" for j in new), [(j["name"], j["state"]) for j in new]
+    timed = by_name["deadline-quickstart"]  # it reported its progress and made its deadline
+    assert timed["deadline_status"] == "met" and timed["progress"] == 1.0, timed
+    shown = text(next(i for i, s in enumerate(sources) if s.startswith("%%schedulearn --deadline")))
+    assert "deadline in 10 min" in shown and shown.strip().endswith("'20 steps done'"), shown
     assert "rank 1/2 step 0" in client.logs(by_name["ddp-quickstart"]["id"])
 
     # Widgets were shown (a widget frontend: nbclient keeps their state): the job views ended

@@ -309,6 +309,33 @@ def test_the_status_prices_a_restart_as_the_policy_does(declared, measured, stat
     assert r.engine.jobs[2].state.value == "succeeded"
 
 
+@pytest.mark.parametrize("deadline, status", [
+    (1000, "on_track"),  # 600 s on its 8 GPUs, a 30 s start, a fifth of 1000 s to spare
+    (700, "at_risk"),  # it makes it on its 8 GPUs only without the spare (and only if it starts now)
+    (200, "will_miss"),  # no size does
+])
+def test_a_queued_job_reads_on_track_where_what_it_asked_for_makes_it(deadline, status):
+    """At submission, from a run like it (the history): a waiting job whose requested GPUs, started
+    now, finish it with a fifth of the time left to spare is on track — a 5-second job due in
+    10 minutes read `at risk` while it waited for its first round. Less spare: at risk."""
+    events = []
+    trace = [_elastic("train", 0, 8, 600), _elastic("train", 1000, 8, 600, deadline)]
+    _run(trace, "qoe", events)
+    first = next(e["job"] for _, e in events if e["job"]["id"] == 2)
+    assert (first["state"], first["deadline_status"]) == ("queued", status)
+
+
+def test_a_queued_job_the_policy_gave_up_on_will_miss_whatever_its_estimate_says():
+    """On track by its estimate (what it asked for would make it), but the policy no longer
+    plans for it (it waits as best effort): its user reads `will_miss`."""
+    engine = Engine(parse_cluster("1x4"), "qoe", executor=SimExecutor(), clock=lambda: 1000.0)
+    job = engine.submit(JobSpec(command=["x"], deadline=4600.0))
+    assert engine._verdict(job, {"deadline_status": "on_track"}) == {"deadline_status": "on_track"}
+    engine.policy._dropped.add(job.id)  # what qoe's admission does to the costliest
+    assert engine._verdict(job, {"deadline_status": "on_track"}) == \
+        {"deadline_status": "will_miss", "given_up": "qoe"}
+
+
 def test_an_infeasible_job_is_flagged_at_submission_from_similar_jobs():
     """A job like one that already ran (same name and GPUs: the history predicts its work) with
     a deadline shorter than that work on any size is `will_miss` the moment it is submitted."""

@@ -370,8 +370,9 @@ class Engine:
     def _verdict(self, job: Job, info: dict[str, Any]) -> dict[str, Any]:
         """`info` with the policy's word on the deadline: a job it no longer plans for
         (`Policy.gave_up`: it runs best effort) that is not on track where it runs will miss."""
-        if info.get("deadline_status") in ("at_risk", "unknown") and not job.state.final \
-                and self.policy.gave_up(job):
+        said = info.get("deadline_status")
+        if (said in ("at_risk", "unknown") or (said == "on_track" and job.state is JobState.queued)) \
+                and not job.state.final and self.policy.gave_up(job):
             info["deadline_status"] = "will_miss"
             info["given_up"] = self.policy.name
         return info

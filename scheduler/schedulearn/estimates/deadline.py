@@ -119,6 +119,11 @@ def needed_gpus(job: Job, times: list[float] | None, now: float, restart_s: floa
     return 0
 
 
+#: a queued job is on track when the GPUs it asked for, started now, leave this share of the time
+#: left to spare (the `qoe` policy plans with the same fifth); else it is at risk until it runs
+QUEUED_SPARE = 0.2
+
+
 def status(job: Job, times: list[float] | None, now: float, hope: list[float] | None = None,
            restart_s: float = RESTART_S) -> dict[str, Any]:
     """`deadline_status` (`on_track`, `at_risk`, `will_miss`, `unknown`; `met`, `missed` once it
@@ -127,7 +132,10 @@ def status(job: Job, times: list[float] | None, now: float, hope: list[float] | 
     `restart_s`: what a (re)start on a new size costs it (the engine passes the policy's price,
     `Engine.restart_price`: this module imports no policy).
     `will_miss`: no size makes it at either (the `qoe` policy gives up on such a job once the
-    estimate rests on its own reported progress, not only on similar jobs')."""
+    estimate rests on its own reported progress, not only on similar jobs'). A queued job is
+    `on_track` where the GPUs it asked for, started now, finish it with `QUEUED_SPARE` of the
+    time left to spare (a job due in 10 minutes that takes one on one GPU read `at_risk` while it
+    waited for its first round)."""
     deadline = job.spec.deadline
     if deadline is None:
         return {}
@@ -145,6 +153,9 @@ def status(job: Job, times: list[float] | None, now: float, hope: list[float] | 
         out["deadline_status"] = "unknown"
     elif 0 < job.size < len(times) and job.state is JobState.running and now + times[job.size] <= deadline:
         out["deadline_status"] = "on_track"
+    elif job.state is JobState.queued and job.spec.requested < len(times) and now + restart_s \
+            + times[job.spec.requested] + QUEUED_SPARE * (deadline - now) <= deadline:
+        out["deadline_status"] = "on_track"  # what it asked for, from now, makes it with time to spare
     elif needed_gpus(job, times, now, restart_s) or needed_gpus(job, hope, now, restart_s):
         out["deadline_status"] = "at_risk"
     else:

@@ -261,7 +261,11 @@ def _document() -> dict[str, Any]:
                                                               "(an admin; everyone where none are set)"},
                                                "user": {"type": "string", "description":
                                                         "the caller's Schedulearn user name (whose jobs "
-                                                        "the sidebar notifies about)"}}},
+                                                        "the sidebar notifies about)"},
+                                               "plans_deadlines": {"type": "boolean", "description":
+                                                                   "whether the policy plans for jobs' "
+                                                                   "deadlines (qoe, edf); under the "
+                                                                   "others they are only shown"}}},
                 "PolicyInfo": {"type": "object", "required": ["name", "description"],
                                "properties": {"name": {"type": "string"},
                                               "description": {"type": "string"}}},

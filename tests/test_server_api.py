@@ -35,11 +35,14 @@ async def test_policies_and_policy_switch(sl_api, sl_manager):
     assert all(p["description"] for p in data)
     # the one user of an embedded server is its admin
     me = default_user()  # the OS user: a plain Jupyter server's one user
-    assert await sl_api("GET", "policy") == (200, {"policy": "fifo", "can_switch": True, "user": me})
+    state = {"can_switch": True, "user": me, "plans_deadlines": False}  # (fifo, las: deadlines watched)
+    assert await sl_api("GET", "policy") == (200, {"policy": "fifo", **state})
     assert await sl_api("PUT", "policy", {"policy": "las"}) == (200, {"policy": "las"})
     assert sl_manager.engine.policy.name == "las"
     assert sl_manager.store.get_policy() == "las"  # remembered across restarts
-    assert await sl_api("GET", "policy") == (200, {"policy": "las", "can_switch": True, "user": me})
+    assert await sl_api("GET", "policy") == (200, {"policy": "las", **state})
+    assert await sl_api("PUT", "policy", {"policy": "qoe"}) == (200, {"policy": "qoe"})
+    assert await sl_api("GET", "policy") == (200, {"policy": "qoe", **state, "plans_deadlines": True})
 
 
 @pytest.mark.parametrize("body", [{"policy": "nope"}, {"policy": 3}, {}, [], '"x"'])

@@ -93,6 +93,11 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     unknown = cli(env, "cancel", "999999", check=False)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
     assert unknown.stderr.startswith("schedulearn: job: no job with id") and unknown.stderr.count("job") == 2
+    # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
+    timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
+    assert timed.stdout.startswith("submitted job ")
+    assert "note: the las policy does not plan for deadlines" in timed.stderr, timed.stderr
+    assert "(schedulearn policy qoe)" in timed.stderr
     # bad input: one line naming the field
     bad = cli(env, "submit", "--gpus", "0", "--", "true", check=False)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpus: " in bad.stderr

@@ -236,6 +236,9 @@ class SchedulearnMagics(Magics):
         if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
             print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         handle = JobHandle(self.client, self._call(self.client.submit, spec))
+        if spec.get("deadline") is not None and (note := deadlines.unplanned_note(
+                self.client, "%schedulearn policy qoe, or the queue widget's dropdown")):
+            print(note, file=sys.stderr)
         self.last_job = handle
         return handle
 

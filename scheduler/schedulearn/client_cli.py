@@ -153,6 +153,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             _print_json(job)
         else:
             print(f"submitted job {job['id']} ({job['name']}, {job['state']})")
+        note = spec.get("deadline") is not None and deadlines.unplanned_note(client, "schedulearn policy qoe")
+        if note:
+            print(note, file=sys.stderr)
         if args.wait:
             for line in client.follow(job["id"]):
                 sys.stdout.write(line)

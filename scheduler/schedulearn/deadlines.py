@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime
+from typing import Any
 
 from .model import SpecError
 
@@ -93,6 +94,20 @@ def fmt_minutes(seconds: float) -> str:
         return f"{m} min"
     h = m // 60
     return f"{h} h {m % 60:02d} min" if h < 24 else f"{h // 24} d {h % 24:02d} h"
+
+
+def unplanned_note(client: Any, switch: str) -> str | None:
+    """The note for a job just submitted with a deadline when the server's policy does not plan
+    for deadlines (`GET policy`'s `plans_deadlines`; None when it does, or cannot be asked):
+    the deadline is then only watched. `switch`: how this front-end switches the policy."""
+    try:
+        info = client.policy_info()
+    except Exception:  # a note is not worth failing a submission that went through
+        return None
+    if not isinstance(info, dict) or info.get("plans_deadlines", True):
+        return None
+    return (f"note: the {info.get('policy')} policy does not plan for deadlines: this one is only "
+            f"watched (on track, at risk, met or missed); the qoe policy plans for it ({switch})")
 
 
 def describe(status: str | None, missed_by_s: float | None = None) -> str:

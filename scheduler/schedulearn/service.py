@@ -307,7 +307,8 @@ class SchedulerService:
         return admins is None or user in admins
 
     async def policy(self, user: str = "") -> dict[str, Any]:
-        return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user), "user": user}
+        return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user), "user": user,
+                "plans_deadlines": self.engine.policy.plans_deadlines}
 
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
         if not self.can_switch(user):

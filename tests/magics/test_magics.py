@@ -125,6 +125,25 @@ def test_auto_python_cell_is_told_it_gets_one_gpu(shell: InteractiveShell, clien
     assert "one Python process" not in capsys.readouterr().err
 
 
+def test_a_deadline_under_a_policy_that_does_not_plan_for_it_is_told_so(
+        shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture) -> None:
+    """Under fifo (the default) a `--deadline` is only watched: the cell says so, and how to
+    switch to the policy that plans for it; under qoe no note."""
+    before = client.policy()
+    try:
+        for policy, noted in (("fifo", True), ("qoe", False)):
+            client.set_policy(policy)
+            capsys.readouterr()
+            r = cell(shell, "--deadline 1h", "'due'")
+            assert r.success and r.result == "due", r.error_in_exec
+            err = capsys.readouterr().err
+            said = (f"note: the {policy} policy does not plan for deadlines: this one is only watched"
+                    in err and "%schedulearn policy qoe" in err)
+            assert said == noted, err
+    finally:
+        client.set_policy(before)
+
+
 def test_torchrun_detected_and_run_with_one_process_per_gpu(shell: InteractiveShell, client: Client) -> None:
     body = (
         "import torch, torch.distributed as dist\n"

@@ -88,6 +88,9 @@ class Policy:
     elastic: ClassVar[bool] = False
     #: decisions change with time alone (attained service...): rounds run on ticks too.
     time_driven: ClassVar[bool] = False
+    #: orders or sizes jobs by their deadlines (`JobSpec.deadline`); under the others a deadline
+    #: is only shown (its status), and front-ends say so when one is given
+    plans_deadlines: ClassVar[bool] = False
 
     def schedule(self, ctx: RoundContext) -> Iterable[Want]:
         raise NotImplementedError

@@ -14,6 +14,7 @@ from .base import Policy, RoundContext, Want
 class EarliestDeadlineFirst(Policy):
     name = "edf"
     description = "Earliest deadline first (rigid sizes); jobs without a deadline after, in arrival order."
+    plans_deadlines = True
 
     def schedule(self, ctx: RoundContext) -> Iterator[Want]:
         order = sorted(ctx.jobs, key=lambda j: (j.spec.deadline is None, j.spec.deadline or 0.0, j.id))

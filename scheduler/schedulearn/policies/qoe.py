@@ -45,6 +45,7 @@ class QoE(Goodput):
     name = "qoe"
     description = ("Deadline-aware: earliest deadline first, each job the GPUs its estimate needs to "
                    "finish in time; best-effort jobs share the rest by goodput.")
+    plans_deadlines = True
     slack = 0.2  # plan to finish this share of the time left before the deadline
     tolerance = 1.5  # a job is given up once its fastest size needs this many times the time left
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from schedulearn.estimates import (
     PerfParams,
@@ -317,6 +317,8 @@ _ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.sample
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.dictionaries(st.sampled_from(_FIELDS), _ANY, max_size=4), min_size=1, max_size=10))
+@example([{}, {"step_time": 2.2e-309}])  # a subnormal step time: infinite work, kept out of the store
+@example([{"num_gpus": 2**63}, {"t": math.inf}])
 def test_whatever_a_job_reports_the_estimates_stay_usable_and_storable(changes):
     """A training loop may write anything into its reports (`num_gpus=2**63`, `step_time=1e308`,
     `t=Infinity`): the estimator runs in the server's scheduling round, for every job, so no report

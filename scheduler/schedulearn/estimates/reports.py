@@ -66,10 +66,13 @@ _MAX = {"t": 1e11, "num_gpus": 1 << 16, "num_nodes": 1 << 16, "batch_size": 1 <<
         "init_batch_size": 1 << 30, "max_batch_size": 1 << 30, "max_local_bsz": 1 << 30,
         "accum_steps": 1 << 20, "restart": 1 << 30, "step_time": 1e6, "compute_time": 1e6,
         "grad_sqr": 1e100, "grad_var": 1e100}
+#: below these a value counts as 0 (a step of a nanosecond is not believed, and the estimator
+#: divides by step times and gradient statistics: a subnormal one made infinite work)
+_TINY = {"step_time": 1e-6, "compute_time": 1e-6, "grad_sqr": 1e-100, "grad_var": 1e-100}
 
 
 def _num(rec: dict, key: str, kind=float, lo: float = 0.0) -> Any:
-    """`rec[key]` as a number of `kind` in [lo, its `_MAX`], else None."""
+    """`rec[key]` as a number of `kind` in [lo, its `_MAX`] (0 below its `_TINY`), else None."""
     v = rec.get(key)
     if v is None or isinstance(v, bool):
         return None
@@ -77,7 +80,9 @@ def _num(rec: dict, key: str, kind=float, lo: float = 0.0) -> Any:
         v = kind(v)
     except (TypeError, ValueError, OverflowError):
         return None
-    return v if math.isfinite(v) and lo <= v <= _MAX.get(key, math.inf) else None
+    if not (math.isfinite(v) and lo <= v <= _MAX.get(key, math.inf)):
+        return None
+    return kind(0) if 0 < v < _TINY.get(key, 0.0) else v
 
 
 def progress_of(rec: dict, epochs: int | None = None) -> float | None:

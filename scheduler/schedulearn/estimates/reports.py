@@ -85,6 +85,11 @@ def _num(rec: dict, key: str, kind=float, lo: float = 0.0) -> Any:
     return kind(0) if 0 < v < _TINY.get(key, 0.0) else v
 
 
+def _timed(rec: dict) -> bool:
+    """Whether a report carries a believable time `t` (one that does not is skipped)."""
+    return _num(rec, "t", lo=-_MAX["t"]) is not None
+
+
 def progress_of(rec: dict, epochs: int | None = None) -> float | None:
     """The fraction of its work a report says the job has done (None if it does not say)."""
     p = _num(rec, "progress")
@@ -104,7 +109,7 @@ def ingest(job: Job, records: Iterable[dict[str, Any]]) -> int:
     st = job.extra.setdefault(REPORTS_KEY, {})
     used = 0
     for rec in records:
-        if not isinstance(rec, dict) or _num(rec, "t", lo=-_MAX["t"]) is None:
+        if not isinstance(rec, dict) or not _timed(rec):
             continue
         _fold(st, rec, job.spec.epochs)
         used += 1
@@ -215,7 +220,7 @@ def load_reports(path: str | Path) -> list[dict[str, Any]]:
         data = nofollow.read_bytes(path)  # the job's file: no link, no FIFO
     except OSError:
         return []
-    return [r for r in _records(data) if _num(r, "t", lo=-_MAX["t"]) is not None]
+    return [r for r in _records(data) if _timed(r)]
 
 
 def _records(data: bytes) -> list[dict[str, Any]]:
@@ -277,7 +282,7 @@ def refresh(job: Job, path: str | Path) -> list[dict[str, Any]]:
     records = _records(data[:end])
     job.extra["reports_offset"] = offset + end
     job.extra["reports_read"] = int(job.extra.get("reports_read", 0)) + len(records)
-    records = [r for r in records if _num(r, "t", lo=-_MAX["t"]) is not None]
+    records = [r for r in records if _timed(r)]
     ingest(job, records)
     steps = [r for r in records if r.get("step_time") is not None]
     job.extra["_step_before"] = job.extra.get("_last_step")

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from schedulearn.jobfiles import MAX_REQUEST_BYTES
+from schedulearn.joblogs import LOG_SIZE, NEXT_OFFSET
 from schedulearn.service import ApiError, Manager, store_failure
 from tornado import iostream, web, websocket
 
@@ -167,26 +168,49 @@ class JobHandler(ApiMixin):
 
 
 class LogsHandler(ApiMixin):
+    """The log: its last `tail` lines, a page of it from `offset` (the byte after the last
+    page read: the next one's start is in `X-Schedulearn-Next-Offset`), all of it (sent a page
+    at a time: a job that wrote gigabytes is never held in memory), or `follow` it."""
+
     @web.authenticated
     async def get(self, job_id: str):
         tail = self.get_query_argument("tail", None)
+        offset = self.get_query_argument("offset", None)
         follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
-        if not follow:
-            text = await self.manager.logs(job_id, tail)
-            self.finish_as(text, TEXT)
-            return
-        lines = await self.manager.follow_logs(job_id, tail)
-        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        if offset is not None:
+            if tail is not None or follow:
+                raise ApiError("offset: a page of the log is read alone, without tail or follow")
+            data, after, size = await self.manager.log_page(job_id, offset)
+            self.set_header(NEXT_OFFSET, str(after))
+            self.set_header(LOG_SIZE, str(size))
+            self.finish_as(data, TEXT)
+        elif follow:
+            await self._stream(await self.manager.follow_logs(job_id, tail))
+        elif tail is not None:
+            self.finish_as(await self.manager.logs(job_id, tail), TEXT)
+        else:
+            await self._stream(self._pages(job_id, *await self.manager.log_page(job_id, 0)))
+
+    async def _pages(self, job_id: str, data: bytes, after: int, size: int):
+        """The log as it was at the first page: page after page, up to the size it had then."""
+        while data:
+            yield data
+            if after >= size:
+                return
+            data, after, _ = await self.manager.log_page(job_id, after)
+
+    async def _stream(self, chunks: Any) -> None:
+        self.set_header("Content-Type", TEXT)
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
         try:
-            async for chunk in lines:
+            async for chunk in chunks:
                 self.write(chunk)
-                await self.flush()
+                await self.flush()  # at the client's pace: what is unsent stays on disk
         except iostream.StreamClosedError:
             return  # the client went away
         finally:
-            await lines.aclose()
+            await chunks.aclose()
         self.finish_as("", TEXT)
 
 

@@ -199,8 +199,21 @@ def _document() -> dict[str, Any]:
                     {"name": "follow", "in": "query", "required": False,
                      "schema": {"type": "integer", "enum": [0, 1]},
                      "description": "1: stream the log as it grows until the job ends"},
+                    {"name": "offset", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 0},
+                     "description": "A page of the log (at most 1 MiB) from this byte on; the next "
+                                    "page's offset and the log's size are in the headers "
+                                    "(alone: not with tail or follow)"},
                 ],
-                "responses": {"200": {"description": "The log text",
+                "responses": {"200": {"description": "The log text (a page of it with offset; it "
+                                                     "may end inside a UTF-8 character)",
+                                      "headers": {
+                                          "X-Schedulearn-Next-Offset": {
+                                              "description": "with offset: where the next page starts",
+                                              "schema": {"type": "integer"}},
+                                          "X-Schedulearn-Log-Size": {
+                                              "description": "with offset: the log's size in bytes",
+                                              "schema": {"type": "integer"}}},
                                       "content": {"text/plain": {"schema": {"type": "string"}}}},
                               "400": E400, "403": E403, "404": E404},
             },

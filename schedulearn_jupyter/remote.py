@@ -8,12 +8,14 @@ and log streams included). The remote server records the user its token belongs 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
+from schedulearn.joblogs import LOG_SIZE, NEXT_OFFSET
 from schedulearn.service import ApiError
 from tornado import httpclient, websocket
 
@@ -73,7 +75,7 @@ class RemoteManager:
         return self.api + path + ("?" + urllib.parse.urlencode(query) if query else "")
 
     async def _fetch(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                     raw: bool = False, **kw: Any) -> Any:
+                     raw: bool = False, whole: bool = False, **kw: Any) -> Any:
         req = httpclient.HTTPRequest(
             self._url(path, params), method=method, headers=self._headers(),
             body=json.dumps(body) if body is not None else (b"" if method in ("POST", "PUT") else None),
@@ -91,6 +93,8 @@ class RemoteManager:
                 message = f"remote: HTTP {resp.code}"
             # 503: the remote scheduler's store is down (nothing changed, try again): passed on
             raise ApiError(message, resp.code if resp.code < 500 or resp.code == 503 else 502)
+        if whole:  # the response itself (its headers too)
+            return resp
         return resp.body if raw else (json.loads(resp.body) if resp.body else None)
 
     async def policies(self) -> list[dict[str, str]]:
@@ -127,6 +131,13 @@ class RemoteManager:
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         return (await self._fetch("GET", f"jobs/{job_id}/logs", params={"tail": tail}, raw=True)).decode()
 
+    async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]:
+        resp = await self._fetch("GET", f"jobs/{job_id}/logs", params={"offset": offset}, whole=True)
+        try:
+            return resp.body, int(resp.headers[NEXT_OFFSET]), int(resp.headers[LOG_SIZE])
+        except (KeyError, ValueError):
+            raise ApiError(f"remote: {NEXT_OFFSET} and {LOG_SIZE} missing from the log's page", 502) from None
+
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
         await self.get_job(job_id)  # a 404 now rather than an empty stream
         return self._follow(job_id, tail)
@@ -137,12 +148,15 @@ class RemoteManager:
             "GET", f"jobs/{job_id}/logs", params={"tail": tail, "follow": 1}, raw=True,
             streaming_callback=queue.put_nowait, request_timeout=24 * 3600))
         fetch.add_done_callback(lambda _: queue.put_nowait(None))
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
         try:
             while True:
                 chunk = await queue.get()
+                text = decoder.decode(chunk or b"", final=chunk is None)
+                if text:
+                    yield text
                 if chunk is None:
                     break
-                yield chunk.decode("utf-8", "replace")
         finally:
             fetch.cancel()
             with contextlib.suppress(BaseException):

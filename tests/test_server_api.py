@@ -225,6 +225,41 @@ async def test_logs_tail_and_bad_tail(sl_api, sl_manager):
     assert code == 400 and data["error"] == "tail: expected an integer >= 0, got 'many'"
 
 
+async def test_logs_by_pages_and_a_log_of_many_pages_whole(sl_api, sl_manager):
+    """`?offset=` answers a page (at most a MiB) and where the next starts; the whole log of a
+    job that wrote more than a page comes back whole, sent a page at a time."""
+    from schedulearn.joblogs import LOG_SIZE, NEXT_OFFSET, PAGE
+
+    code, job = await sl_api("POST", "jobs", {"command": [
+        "python", "-c", "import sys\nfor i in range(200000): sys.stdout.write(f'row {i:06d} é\\n')"]})
+    assert code == 201
+    await wait_state(sl_api, job["id"], {"succeeded"})
+    on_disk = (sl_manager.executor.job_dir(job["id"]) / "log.txt").read_bytes()
+    assert len(on_disk) > 2 * PAGE
+    code, whole = await sl_api("GET", f"jobs/{job['id']}/logs", raw=True)
+    assert code == 200 and whole == on_disk
+    pages, offset = [], 0
+    while True:
+        resp = await sl_api("GET", f"jobs/{job['id']}/logs", params={"offset": str(offset)}, whole=True)
+        assert resp.code == 200 and int(resp.headers[LOG_SIZE]) == len(on_disk)
+        if not resp.body:
+            break
+        assert len(resp.body) <= PAGE and int(resp.headers[NEXT_OFFSET]) == offset + len(resp.body)
+        pages.append(resp.body)
+        offset = int(resp.headers[NEXT_OFFSET])
+    assert b"".join(pages) == on_disk and len(pages) == 3
+    for params, message in [
+        ({"offset": "-1"}, "offset: expected an integer >= 0, got '-1'"),
+        ({"offset": "x"}, "offset: expected an integer >= 0, got 'x'"),
+        ({"offset": "0", "tail": "3"}, "offset: a page of the log is read alone, without tail or follow"),
+        ({"offset": "0", "follow": "1"}, "offset: a page of the log is read alone, without tail or follow"),
+    ]:
+        code, data = await sl_api("GET", f"jobs/{job['id']}/logs", params=params)
+        assert (code, data) == (400, {"error": message})
+    code, data = await sl_api("GET", "jobs/4242/logs", params={"offset": "0"})
+    assert code == 404
+
+
 async def test_logs_follow_streams_until_the_job_ends(sl_api):
     code, job = await sl_api("POST", "jobs", {"command": [
         "python", "-u", "-c", "import time\nfor i in range(5):\n print('tick', i)\n time.sleep(0.3)"]})

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from schedulearn.client import Client, ClientError
+from schedulearn.client import Client, ClientError, LogReader
 from schedulearn.executors.local import PID_FILE
 
 from tests.fixtures.jupyter import ROOT, LiveServer, free_port, wait_http
@@ -254,7 +254,7 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
                 headers={"Authorization": f"token {jupyter.token}"}))
             hello = json.loads(await ws.read_message())
             assert hello["type"] == "hello" and hello["remote"].startswith(serve.url)
-            spec = {"command": [sys.executable, "-c", "print(42)"]}
+            spec = {"command": [sys.executable, "-c", "print(42); print('x' + 'é' * 700_000)"]}  # 2 pages
             job = await asyncio.to_thread(via_jupyter.submit, spec)
             seen = []
             async with asyncio.timeout(30):
@@ -269,8 +269,11 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
         job_id = seen[-1]["job"]["id"]
         # recorded on the standalone server as the remote token's user
         assert Client(serve.url, "bob-token").job(job_id)["user"] == "alice"
-        assert "42" in via_jupyter.logs(job_id)
-        assert "42" in "".join(via_jupyter.follow(job_id))
+        log = Client(serve.url, "alice-token").logs(job_id)
+        assert "42" in log and "é" * 700_000 in log
+        assert via_jupyter.logs(job_id) == log  # passed on a page at a time
+        assert LogReader(via_jupyter, job_id).read() == log  # page by page (`?offset=`)
+        assert "".join(via_jupyter.follow(job_id)) == log  # no character cut in two on the way
         with pytest.raises(ClientError) as e:
             via_jupyter.job(999)
         assert e.value.status == 404

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from schedulearn.client import LogReader
+
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
@@ -74,6 +76,7 @@ class JobHandle:
         self.cancelled_by_you = False
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
+        self._log_reader: LogReader | None = None  # where `new_logs` goes on from
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -97,6 +100,13 @@ class JobHandle:
     # -- actions -----------------------------------------------------------------------------
     def logs(self, tail: int | None = None) -> str:
         return self.client.logs(self.id, tail=tail)
+
+    def new_logs(self) -> str:
+        """What the job's log gained since the last call (all of it the first time, a few MiB
+        at most per call): a poll costs what is new, not the whole log again."""
+        if self._log_reader is None:
+            self._log_reader = LogReader(self.client, self.id)
+        return self._log_reader.read()
 
     def cancel(self) -> dict[str, Any]:
         """Cancel the job (a job that already ended is left as it is)."""

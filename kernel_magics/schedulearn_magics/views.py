@@ -55,6 +55,15 @@ def queue_position(job: dict[str, Any], queued: list[dict[str, Any]]) -> int | N
 WIDGET_TEXT_WIDTH = 110
 
 
+def screen_lines(text: str) -> list[str]:
+    """The log's lines as a terminal shows them: a line that a progress bar redrew with carriage
+    returns shows its last drawing."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [next((p for p in reversed(ln.split("\r")) if p), "") for ln in lines]
+
+
 def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:
     """`job 3 'train': queued, deadline in 20 min, at risk, waiting 5.0s: needs 2 GPUs, ...`"""
     head = f"job {job.get('id')} {job.get('name', '')!r}: {job.get('state', '?')}"

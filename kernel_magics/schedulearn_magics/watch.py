@@ -2,7 +2,7 @@
 terminal, or `SCHEDULEARN_WIDGETS=0`), the polling loops that feed any view (the text one here,
 the widgets of `widgets.py`), and the queue as text.
 
-A view is anything with `update(job, position, logs)` and `wants_full_logs`; the job view is fed
+A view is anything with `update(job, position, logs)` and `streams_logs`; the job view is fed
 from the cell that waits (or a background thread with `--no-wait`).
 """
 
@@ -38,31 +38,31 @@ def widgets_available(shell: Any) -> bool:
 class JobView(Protocol):
     """What the magic feeds as a job progresses (`TextJobView`, `widgets.JobWidget`)."""
 
-    #: the whole log each time (a view that prints what is new), or its last lines
-    wants_full_logs: bool
+    #: True: `update` gets the text written since the last update (all of the log, in pieces,
+    #: read on from where the last poll stopped); False: the log's last lines each time
+    streams_logs: bool
 
     def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None: ...
 
 
 class TextJobView:
-    """Plain text: a line when the state (or queue position) changes, and new log lines."""
+    """Plain text: a line when the state (or queue position) changes, and the log as it comes
+    (carriage returns kept: a progress bar redraws its line)."""
 
-    wants_full_logs = True
+    streams_logs = True
 
     def __init__(self, out: Any = None):
         self.out = out or sys.stdout
         self.last = ""
-        self.printed = 0  # characters of the log already shown
+        self.open_line = False  # the log's last piece shown did not end its line
 
     def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None:
         final = job.get("state") in FINAL_STATES
         if not final:
             self._status(job, position)
-        if logs is not None and len(logs) > self.printed:
-            self.out.write(logs[self.printed:])
-            if not logs.endswith("\n"):
-                self.out.write("\n")
-            self.printed = len(logs)
+        if logs:
+            self.out.write(logs)
+            self.open_line = not logs.endswith("\n")
         if final:
             self._status(job, position)
         self.out.flush()
@@ -71,6 +71,9 @@ class TextJobView:
         key = f"{job.get('state')}/{position}/{job.get('gpus')}"
         if key != self.last:
             self.last = key
+            if self.open_line:  # the status on a line of its own
+                self.out.write("\n")
+                self.open_line = False
             self.out.write(views.status_line(job, position) + "\n")
 
 
@@ -86,8 +89,7 @@ def poll_job(handle: JobHandle, view: JobView) -> dict[str, Any]:
     logs = None
     if job.get("start_time") is not None or job["state"] != "queued":
         try:
-            tail = None if view.wants_full_logs else LOG_TAIL_LINES
-            logs = handle.logs(tail=tail)
+            logs = handle.new_logs() if view.streams_logs else handle.logs(tail=LOG_TAIL_LINES)
         except Exception:
             logs = None
     view.update(job, position, logs)

@@ -95,7 +95,7 @@ class JobWidget(w.VBox):
             f"<span>{html.escape(detail)}</span>"
         )
         if logs is not None:
-            self.log_tail = "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
+            self.log_tail = "\n".join(views.screen_lines(logs)[-LOG_TAIL_LINES:])
             self.logview.value = (
                 # (the content's own height: ipywidgets fixes an HTML widget's to one line)
                 "<style>.schedulearn-log > .widget-html-content{height:auto;line-height:normal;"
@@ -106,7 +106,7 @@ class JobWidget(w.VBox):
             self.cancel_button.disabled = True
             self.cancel_button.layout.display = "none"
 
-    wants_full_logs = False
+    streams_logs = False
 
 
 # --- the queue --------------------------------------------------------------------------------

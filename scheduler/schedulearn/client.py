@@ -14,6 +14,7 @@ lives under `schedulearn/api/` below it. Standard library only: the kernel magic
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import urllib.error
@@ -22,6 +23,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .joblogs import LOG_SIZE, NEXT_OFFSET
 
 RUNTIME_FILE = "schedulearn-server.json"
 API_PATH = "schedulearn/api/"
@@ -175,6 +178,13 @@ class Client:
         raw = self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail})
         return raw.decode("utf-8", "replace")
 
+    def log_page(self, job_id: int, offset: int = 0) -> tuple[bytes, int, int]:
+        """The log's bytes from `offset` on (at most a MiB: it may end inside a UTF-8 character),
+        the offset the next page starts at, and the log's size (`LogReader` keeps the place)."""
+        with self._open("GET", f"jobs/{int(job_id)}/logs", params={"offset": int(offset)}) as resp:
+            data = resp.read()
+            return data, int(resp.headers[NEXT_OFFSET]), int(resp.headers[LOG_SIZE])
+
     def follow(self, job_id: int, tail: int | None = None, timeout: float | None = None) -> Iterator[str]:
         """The log's lines as the job writes them, until it ends."""
         resp = self._open("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail, "follow": 1},
@@ -188,6 +198,26 @@ class Client:
 
     def openapi(self) -> dict[str, Any]:
         return self.request("GET", "openapi.json")
+
+
+class LogReader:
+    """A job's log, read on from where the last read stopped: each `read` returns what was
+    written since (whole characters), a few pages at most, so that a poll costs what is new,
+    not the whole log again."""
+
+    def __init__(self, client: Client, job_id: int, pages: int = 4):
+        self.client, self.job_id, self.pages = client, int(job_id), pages
+        self.offset = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def read(self) -> str:
+        out = []
+        for _ in range(self.pages):
+            data, self.offset, size = self.client.log_page(self.job_id, self.offset)
+            out.append(self._decoder.decode(data))
+            if not data or self.offset >= size:
+                break
+        return "".join(out)
 
 
 def shown_gpus(job: dict[str, Any]) -> str:

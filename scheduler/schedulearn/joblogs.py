@@ -19,10 +19,17 @@ from . import nofollow
 MARKER = "=== schedulearn:"
 _MAX_REASON = 300
 _TAIL_BLOCK = 64 * 1024
+PAGE = 1 << 20  # the most one `page` (a `GET logs?offset=`) answers, and `follow` reads at a time
+NEXT_OFFSET = "X-Schedulearn-Next-Offset"  # `GET logs?offset=`: where the next page starts
+LOG_SIZE = "X-Schedulearn-Log-Size"  # and how long the log was then
+TAIL_BYTES = 4 << 20  # the most `tail` reads back from the end (a progress bar's endless line)
 
 
 def tail(path: Path | str, lines: int | None = None) -> str:
-    """The last `lines` lines of the file (all of it when `lines` is None); '' if absent."""
+    """The last `lines` lines of the file (all of it when `lines` is None); '' if absent.
+
+    At most the last `TAIL_BYTES` are read: where those hold fewer lines (a progress bar that
+    rewrites one line with carriage returns for hours), the lines that start within them."""
     path = Path(path)
     if lines is not None and lines < 0:
         raise ValueError(f"tail: expected a number of lines >= 0, got {lines}")
@@ -38,23 +45,90 @@ def tail(path: Path | str, lines: int | None = None) -> str:
         end = f.seek(0, os.SEEK_END)
         data = b""
         pos = end
-        while pos > 0 and data.count(b"\n") <= lines:
-            step = min(_TAIL_BLOCK, pos)
+        while pos > 0 and data.count(b"\n") <= lines and end - pos < TAIL_BYTES:
+            step = min(_TAIL_BLOCK, pos, TAIL_BYTES - (end - pos))
             pos -= step
             f.seek(pos)
             data = f.read(step) + data
-    text = data.decode("utf-8", "replace")
-    parts = text.splitlines(keepends=True)
-    return "".join(parts[-lines:])
+    if pos > 0 and data.count(b"\n") <= lines:  # cut short: the first line read is a piece
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if 0 <= cut < len(data) - 1 else data.lstrip(bytes(range(0x80, 0xC0)))
+    # lines end at newlines only: a progress bar's carriage returns redraw a line, add none
+    *ended, last = data.decode("utf-8", "replace").split("\n")
+    kept = [p + "\n" for p in ended] + ([last] if last else [])
+    return "".join(kept[-lines:])
 
 
-def _read_new(f, buf: bytes) -> tuple[list[str], bytes]:
-    chunk = f.read()
-    if not chunk:
-        return [], buf
-    buf += chunk
-    *complete, buf = buf.split(b"\n")
-    return [c.decode("utf-8", "replace") + "\n" for c in complete], buf
+def page(path: Path | str, offset: int, size: int = PAGE) -> tuple[bytes, int, int]:
+    """`size` bytes of the file from `offset` (fewer at its end), the offset after them, and the
+    file's size now: what a reader that keeps its place asks for (a page may end inside a
+    UTF-8 character: decode with an incremental decoder). Absent: nothing, at `offset`."""
+    if offset < 0:
+        raise ValueError(f"offset: expected a byte offset >= 0, got {offset}")
+    try:
+        f = open(path, "rb", opener=nofollow.opener)
+    except (FileNotFoundError, nofollow.NotAFile):
+        return b"", offset, 0
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        if offset >= end:
+            return b"", offset, end
+        f.seek(offset)
+        data = f.read(min(size, end - offset))
+    return data, offset + len(data), end
+
+
+class _Reader:
+    """What `follow` and `afollow` share: the file once it is there, read at most `PAGE` at a
+    time, and the line not yet ended. A line that grows past `PAGE` unended is passed on in
+    pieces, cut after its last carriage return where it has one (a progress bar's update), so
+    that neither the reader's memory nor the wait for the line's end grows without bound."""
+
+    def __init__(self, path: Path | str, from_start: bool):
+        self.path, self.from_start = Path(path), from_start
+        self.f = None
+        self.buf = b""
+
+    def read(self) -> tuple[list[str], bool]:
+        """The lines (and pieces) written since the last call, and whether there may be more
+        right away (a whole page was read)."""
+        if self.f is None:
+            try:
+                self.f = open(self.path, "rb", opener=nofollow.opener)
+            except (FileNotFoundError, nofollow.NotAFile):
+                return [], False
+            if not self.from_start:
+                self.f.seek(0, os.SEEK_END)
+        chunk = self.f.read(PAGE)
+        if not chunk:
+            return [], False
+        *complete, self.buf = (self.buf + chunk).split(b"\n")
+        out = [c.decode("utf-8", "replace") + "\n" for c in complete]
+        if len(self.buf) > PAGE:
+            cut = self.buf.rfind(b"\r") + 1 or utf8_boundary(self.buf)
+            out.append(self.buf[:cut].decode("utf-8", "replace"))
+            self.buf = self.buf[cut:]
+        return out, len(chunk) == PAGE
+
+    def rest(self) -> list[str]:
+        """The last line, where it has no newline (once all is read)."""
+        rest, self.buf = self.buf, b""
+        return [rest.decode("utf-8", "replace")] if rest else []
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+
+def utf8_boundary(data: bytes) -> int:
+    """The length of `data` less a UTF-8 character cut short at its end (where it may be cut)."""
+    lead = len(data) - 1
+    while lead >= 0 and len(data) - lead <= 4 and 0x80 <= data[lead] < 0xC0:
+        lead -= 1  # back over continuation bytes to the character's first byte
+    if lead < 0 or data[lead] < 0xC0:
+        return len(data)  # ASCII (or no lead byte to be found: nothing to keep back)
+    width = 2 if data[lead] < 0xE0 else 3 if data[lead] < 0xF0 else 4
+    return len(data) if lead + width <= len(data) else lead
 
 
 def follow(
@@ -67,33 +141,23 @@ def follow(
     """Yield the file's lines as they are written, until `done()` is true and all is read.
 
     Waits for the file to appear. `timeout` (seconds) bounds the whole follow."""
-    path = Path(path)
     deadline = None if timeout is None else time.monotonic() + timeout
-    f = None
-    buf = b""
+    reader = _Reader(path, from_start)
     try:
         while True:
             finished = done()  # read before the data, so nothing written before it is missed
-            if f is None:
-                try:
-                    f = open(path, "rb", opener=nofollow.opener)
-                    if not from_start:
-                        f.seek(0, os.SEEK_END)
-                except (FileNotFoundError, nofollow.NotAFile):
-                    f = None
-            if f is not None:
-                lines, buf = _read_new(f, buf)
+            more = True
+            while more:
+                lines, more = reader.read()
                 yield from lines
             if finished:
-                if buf:
-                    yield buf.decode("utf-8", "replace")
+                yield from reader.rest()
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(interval)
     finally:
-        if f is not None:
-            f.close()
+        reader.close()
 
 
 async def afollow(
@@ -103,31 +167,22 @@ async def afollow(
     from_start: bool = True,
 ) -> AsyncIterator[str]:
     """`follow` for asyncio servers (a websocket, `?follow=1`): never blocks the loop."""
-    path = Path(path)
-    f = None
-    buf = b""
+    reader = _Reader(path, from_start)
     try:
         while True:
             finished = done()
-            if f is None:
-                try:
-                    f = open(path, "rb", opener=nofollow.opener)
-                    if not from_start:
-                        f.seek(0, os.SEEK_END)
-                except (FileNotFoundError, nofollow.NotAFile):
-                    f = None
-            if f is not None:
-                lines, buf = _read_new(f, buf)
+            more = True
+            while more:
+                lines, more = reader.read()
                 for line in lines:
                     yield line
             if finished:
-                if buf:
-                    yield buf.decode("utf-8", "replace")
+                for line in reader.rest():
+                    yield line
                 return
             await asyncio.sleep(interval)
     finally:
-        if f is not None:
-            f.close()
+        reader.close()
 
 
 _EXC = re.compile(

@@ -184,6 +184,7 @@ class Manager(Protocol):
     async def get_job(self, job_id: Any) -> dict[str, Any]: ...
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]: ...
     async def logs(self, job_id: Any, tail: Any = None) -> str: ...
+    async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]: ...
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
     async def result(self, job_id: Any) -> bytes: ...
     async def subscribe(self) -> EventStream: ...
@@ -459,6 +460,13 @@ class SchedulerService:
         job = self._job(job_id)
         return self.executor.logs(job.id, _as_count("tail", tail))
 
+    async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]:
+        """The log's bytes from `offset` on (at most `joblogs.PAGE`), the offset after them, and
+        the log's size: how a reader that keeps its place (the magics' text view) and the whole
+        log's answer read it, a page at a time."""
+        job = self._job(job_id)
+        return self.executor.log_page(job.id, _as_count("offset", offset) or 0)
+
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
         """The log (its last `tail` lines, or all of it), then its lines as they come, until
         the job is over."""
@@ -536,6 +544,9 @@ class Unavailable:
         raise self._refuse()
 
     async def logs(self, job_id: Any, tail: Any = None) -> str:
+        raise self._refuse()
+
+    async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]:
         raise self._refuse()
 
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:

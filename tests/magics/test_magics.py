@@ -167,6 +167,29 @@ def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell)
     assert "\n" not in msg and "failed" in msg and "exit code 1" in msg
 
 
+def test_the_text_view_prints_the_log_once_as_it_comes(shell: InteractiveShell, client: Client,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """Outside a widget frontend the log is printed as it comes, each poll asking only for
+    what is new (`GET logs?offset=`): a log of several pages, multi-byte characters across
+    the page ends, a progress bar's carriage returns kept, the status on a line of its own."""
+    body = ("import sys, time\n"
+            "for i in range(4):\n"
+            "    sys.stdout.write(f'\\rprogress {25 * (i + 1)}%'); sys.stdout.flush(); time.sleep(0.3)\n"
+            "sys.stdout.write('\\n' + 'x' + 'é' * 1_300_000 + '\\n')\n"  # 2.6 MB: three pages
+            "print('the end')\n")
+    r = cell(shell, "", body)
+    assert r.success, r.error_in_exec
+    shown = capsys.readouterr().out
+    job = client.jobs()[-1]
+    log = client.logs(job["id"])
+    assert shown.count("x" + "é" * 1_300_000 + "\n") == 1 and shown.count("the end") == 1
+    assert "\rprogress 25%\rprogress 50%\rprogress 75%\rprogress 100%\n" in shown
+    assert "\ufffd" not in shown  # no character cut in two by a page end
+    assert log in shown.replace("\n" + views.status_line(job) + "\n", "\n")  # the log, whole, once
+    handle = JobHandle(client, job)
+    assert handle.new_logs() == log and handle.new_logs() == ""  # only what is new each time
+
+
 @pytest.mark.parametrize(
     ("line", "body", "message"),
     [

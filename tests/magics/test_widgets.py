@@ -229,3 +229,22 @@ def test_an_interrupted_cells_widget_ends_cancelled_by_you_without_a_cancel_butt
     assert "cancelled, cancelled" not in widget.header.value
     with pytest.raises(JobCancelled, match=r"\(to-interrupt\) cancelled by you$"):
         handle.result(timeout=5)
+
+
+def test_job_widget_shows_a_progress_bar_as_a_terminal_would(shell: InteractiveShell) -> None:
+    """A progress bar redrawn with carriage returns (tqdm's way) is one line in the widget, at
+    its last drawing, and the lines before it stay in view."""
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name bar\nimport sys\n"
+        "print('\\n'.join(f'setup {i}' for i in range(5)))\n"
+        "for i in range(200):\n    sys.stdout.write(f'\\rtraining {i + 1}/200')\n"
+        "sys.stdout.write('\\n'); print('saved')\n"
+    ).result
+    widget = JobWidget(handle)
+    follow_in_background(handle, widget, poll=0.1)
+    wait_for(lambda: widget.state == "succeeded", timeout=60, what="the job to end")
+    wait_for(lambda: "saved" in widget.log_tail, what="the last line")
+    lines = [ln for ln in widget.log_tail.splitlines() if not ln.startswith("=== schedulearn")]
+    assert lines[-2:] == ["training 200/200", "saved"]
+    assert [ln for ln in lines if ln.startswith("setup")] == [f"setup {i}" for i in range(5)]
+    assert "training 199/200" not in widget.log_tail and "\r" not in widget.log_tail

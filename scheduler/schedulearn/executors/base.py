@@ -153,6 +153,11 @@ class Executor:
         """The job's log (every run), or its last `tail` lines."""
         return ""
 
+    def log_page(self, job_id: int, offset: int) -> tuple[bytes, int, int]:
+        """The log's bytes from `offset` (at most `joblogs.PAGE`), the offset after them and
+        the log's size (`joblogs.page`)."""
+        return b"", offset, 0
+
     async def afollow(self, job_id: int, done: Callable[[], bool], interval: float = 0.1,
                       tail: int | None = None) -> AsyncIterator[str]:
         """The log (its last `tail` lines, or all of it), then its lines as they come, until

@@ -102,6 +102,9 @@ class JobDirExecutor(Executor):
         """The job's log (every run), or its last `tail` lines."""
         return joblogs.tail(self.log_path(job_id), tail)
 
+    def log_page(self, job_id: int, offset: int) -> tuple[bytes, int, int]:
+        return joblogs.page(self.log_path(job_id), offset)
+
     def follow(
         self, job_id: int, done: Callable[[], bool] | None = None, interval: float = 0.1,
         timeout: float | None = None,

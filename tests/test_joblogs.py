@@ -1,0 +1,92 @@
+"""`schedulearn.joblogs` on real files: pages, bounded tails, following a log past a page and an
+endless progress-bar line, and cuts that never split a UTF-8 character."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+import pytest
+from schedulearn import joblogs
+from schedulearn.joblogs import PAGE, TAIL_BYTES
+
+
+def test_pages_read_the_log_in_order_and_say_where_the_next_starts(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    content = b"x" + "é".encode() * (PAGE + 1000)  # multi-byte characters across page ends
+    log.write_bytes(content)
+    got, offset, pages = b"", 0, 0
+    while True:
+        data, offset, size = joblogs.page(log, offset)
+        assert size == len(content) and len(data) <= PAGE
+        if not data:
+            break
+        got += data
+        pages += 1
+    assert got == content and offset == len(content) and pages == 3
+    assert joblogs.page(log, len(content) + 10) == (b"", len(content) + 10, len(content))
+    assert joblogs.page(tmp_path / "absent.txt", 5) == (b"", 5, 0)
+    with pytest.raises(ValueError, match="offset: expected a byte offset >= 0, got -1"):
+        joblogs.page(log, -1)
+    # decoded page by page with an incremental decoder, the text is whole
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    text, offset = "", 0
+    while data := joblogs.page(log, offset, 4097)[0]:
+        text += decoder.decode(data)
+        offset += len(data)
+    assert text == content.decode()
+
+
+def test_tail_counts_lines_at_newlines_only(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("first\nepoch 1\r 10%\r 50%\r100%\nsaved\x0cpage\nlast")
+    assert joblogs.tail(log, 2) == "saved\x0cpage\nlast"
+    assert joblogs.tail(log, 3) == "epoch 1\r 10%\r 50%\r100%\nsaved\x0cpage\nlast"
+    assert joblogs.tail(log, 10) == log.read_bytes().decode()
+    assert joblogs.tail(log, None) == log.read_bytes().decode()
+
+
+def test_tail_reads_a_bounded_end_of_an_endless_line(tmp_path: Path) -> None:
+    """A progress bar redrawn with carriage returns for hours is one line of many MiB: a tail
+    reads at most `TAIL_BYTES` of it, starting on a whole character, not the whole file."""
+    log = tmp_path / "log.txt"
+    bar = "".join(f"\rstep {i} ±" for i in range(TAIL_BYTES // 8))  # ~1.5 × TAIL_BYTES
+    log.write_text("started\n" + bar)
+    assert log.stat().st_size > TAIL_BYTES * 1.2
+    out = joblogs.tail(log, 5)
+    assert 0 < len(out.encode()) <= TAIL_BYTES
+    assert bar.endswith(out) and "started" not in out and "\ufffd" not in out
+    # lines before an endless line within the bound are kept whole
+    log.write_text("a\n" * 10 + "b" * 1000)
+    assert joblogs.tail(log, 3) == "a\na\n" + "b" * 1000
+
+
+def test_follow_reads_past_a_page_and_passes_an_endless_line_in_pieces(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    lines = [f"line {i:07d}\n" for i in range(3 * PAGE // 13)]  # ~3 pages of ended lines
+    bar = "".join(f"\r{i:09d}%" for i in range(PAGE // 5))  # an endless line of 2 pages
+    log.write_text("".join(lines) + bar + "\ndone")
+    out = list(joblogs.follow(log, done=lambda: True))
+    assert "".join(out) == log.read_bytes().decode()  # all of it, once, in order, though done at once
+    assert out[: len(lines)] == lines
+    pieces = out[len(lines):-2]  # the endless line: in pieces, cut after a carriage return
+    assert len(pieces) >= 1 and all(p.endswith("\r") for p in pieces)
+    assert all(len(p) <= 2 * PAGE for p in out)
+
+
+async def test_afollow_is_follow_for_asyncio(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"row {i}\n" for i in range(PAGE // 4)) + "tail")
+    got = [chunk async for chunk in joblogs.afollow(log, done=lambda: True)]
+    assert "".join(got) == log.read_bytes().decode() and got[-1] == "tail"
+
+
+@pytest.mark.parametrize(("data", "cut"), [
+    (b"abc", 3), ("aé".encode(), 3), ("aé".encode()[:2], 1), ("a€".encode()[:3], 1),
+    ("a€".encode()[:2], 1), ("a😀".encode()[:4], 1), ("a😀".encode(), 5), (b"", 0),
+    (b"\x80\x80", 2),  # no lead byte to be found: nothing kept back
+])
+def test_utf8_boundary(data: bytes, cut: int) -> None:
+    assert joblogs.utf8_boundary(data) == cut
+    if data and data[0] < 0x80:
+        data[:cut].decode()  # whole characters

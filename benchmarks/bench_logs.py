@@ -1,0 +1,172 @@
+"""A job's log read back through the REST API: the server's memory, and what a poller costs.
+
+Starts a real `schedulearn serve` (local executor, virtual GPUs, SQLite) in a subprocess, from
+this checkout or from `--root` (another checkout, to compare two versions side by side). Then:
+
+1. *The whole log*: a job writes `--mb` MiB of log lines and ends; `GET jobs/{id}/logs` is read
+   (and discarded) by a streaming client while the server's resident memory is sampled every
+   10 ms: its peak above what it held before, the time, the bytes received.
+2. *Polling for what is new*: a job writes a 1 KiB line every 10 ms for `--seconds` s; two
+   pollers ask every 0.5 s, one for the whole log each time (what the magics' text view did),
+   one for the page after what it has (`?offset=`, where the server has it): bytes received
+   by each, and whether both ended with the job's log.
+
+    python benchmarks/bench_logs.py [--mb 512] [--seconds 20] [--root ../other-checkout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scheduler")]
+
+from tests.fixtures.jupyter import free_port, wait_http  # noqa: E402
+
+TOKEN = "bench-token"
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Server:
+    def __init__(self, root: Path, home: Path):
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/schedulearn/api/"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "scheduler"), str(root)]),
+               "SCHEDULEARN_SERVE_TOKEN": TOKEN}
+        self.log = open(home / "serve.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
+             "--virtual-gpus", "2", "--store", f"sqlite:///{home / 'jobs.db'}",
+             "--job-root", str(home / "jobs")], stdout=self.log, stderr=subprocess.STDOUT, env=env,
+            cwd=home)
+        wait_http(self.api + "policy", proc=self.proc)
+
+    def open(self, path: str, method: str = "GET", body: bytes | None = None):
+        req = urllib.request.Request(self.api + path, data=body, method=method, headers={
+            "Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        return urllib.request.urlopen(req, timeout=600)
+
+    def submit(self, code: str) -> int:
+        import json
+
+        with self.open("jobs", "POST", json.dumps({"command": [sys.executable, "-c", code]}).encode()) as r:
+            return json.loads(r.read())["id"]
+
+    def state(self, job_id: int) -> str:
+        import json
+
+        with self.open(f"jobs/{job_id}") as r:
+            return json.loads(r.read())["state"]
+
+    def wait(self, job_id: int) -> None:
+        while self.state(job_id) not in ("succeeded", "failed", "cancelled"):
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+def whole_log(server: Server, mb: int) -> dict:
+    line = "x" * 1023
+    job = server.submit(f"import sys\nfor _ in range({mb} * 1024): sys.stdout.write({line!r} + '\\n')")
+    server.wait(job)
+    before = rss_mib(server.proc.pid)
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_mib(server.proc.pid))
+            time.sleep(0.01)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    start, got = time.perf_counter(), 0
+    with server.open(f"jobs/{job}/logs") as r:
+        while chunk := r.read(1 << 20):
+            got += len(chunk)
+    took = time.perf_counter() - start
+    stop.set()
+    t.join()
+    return {"log_mib": got / 2**20, "rss_before_mib": before, "rss_peak_above_mib": peak[0] - before,
+            "seconds": took}
+
+
+def polling(server: Server, seconds: float) -> dict:
+    line = "y" * 1023
+    job = server.submit(f"import sys, time\nfor _ in range({int(seconds * 100)}):\n"
+                        f"    sys.stdout.write({line!r} + '\\n'); sys.stdout.flush(); time.sleep(0.01)")
+    whole_bytes = paged_bytes = 0
+    paged, offset, pages_ok = b"", 0, True
+    last_whole = b""
+    while True:
+        done = server.state(job) in ("succeeded", "failed", "cancelled")
+        with server.open(f"jobs/{job}/logs") as r:
+            last_whole = r.read()
+        whole_bytes += len(last_whole)
+        if pages_ok:
+            try:
+                while True:
+                    with server.open(f"jobs/{job}/logs?offset={offset}") as r:
+                        data = r.read()
+                        nxt = r.headers.get("X-Schedulearn-Next-Offset")
+                    if nxt is None:  # a server without pages: it answered the whole log
+                        pages_ok = False
+                        break
+                    paged_bytes += len(data)
+                    paged += data
+                    offset = int(nxt)
+                    if not data:
+                        break
+            except urllib.error.HTTPError:
+                pages_ok = False
+        if done:
+            break
+        time.sleep(0.5)
+    return {"log_mib": len(last_whole) / 2**20, "whole_mib": whole_bytes / 2**20,
+            "paged_mib": paged_bytes / 2**20 if pages_ok else None,
+            "paged_equal": (paged == last_whole) if pages_ok else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=512, help="MiB the first job writes (default 512)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long the second job writes (default 20)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose server is measured")
+    args = ap.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}; code: {args.root.resolve()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(args.root.resolve(), Path(tmp))
+        try:
+            w = whole_log(server, args.mb)
+            print(f"whole log: {w['log_mib']:.0f} MiB read in {w['seconds']:.1f} s; server RSS "
+                  f"{w['rss_before_mib']:.0f} MiB before, peak +{w['rss_peak_above_mib']:.0f} MiB")
+            p = polling(server, args.seconds)
+            paged = "n/a (no ?offset= on this server)" if p["paged_mib"] is None else (
+                f"{p['paged_mib']:.1f} MiB (the log, whole: {p['paged_equal']})")
+            print(f"polling every 0.5 s a job that writes {p['log_mib']:.1f} MiB in {args.seconds:.0f} s: "
+                  f"the whole log each time {p['whole_mib']:.1f} MiB, the pages after what was read {paged}")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

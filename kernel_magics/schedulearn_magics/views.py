@@ -56,12 +56,20 @@ WIDGET_TEXT_WIDTH = 110
 
 
 def screen_lines(text: str) -> list[str]:
-    """The log's lines as a terminal shows them: a line that a progress bar redrew with carriage
-    returns shows its last drawing."""
+    """The log's lines as a terminal shows them: a carriage return starts drawing over its line
+    from the first column (a progress bar redraws its line so, tqdm's way), and what a drawing
+    does not reach of the one before stays, as on a terminal (the sidebar's `drawn` alike)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [next((p for p in reversed(ln.split("\r")) if p), "") for ln in lines]
+    return [_drawn(line) for line in lines]
+
+
+def _drawn(line: str) -> str:
+    out = ""
+    for part in line.split("\r"):
+        out = part + out[len(part):]
+    return out
 
 
 def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:

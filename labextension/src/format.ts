@@ -149,3 +149,42 @@ export function progressPercent(job: IJob): number | null {
   }
   return Math.max(0, Math.min(100, 100 * job.progress));
 }
+
+/** A log as a terminal shows it, read in pieces: `shown`, the lines that ended (each at its
+ * last drawing), and `open`, the line not yet ended (raw: its carriage returns kept, so that a
+ * progress bar's next drawing replaces the last one even when a piece ends inside it). */
+export interface IScreen {
+  shown: string;
+  open: string;
+}
+
+/** A line as a terminal shows it: each carriage return starts drawing over it from its first
+ * column (a progress bar redraws its line so, tqdm's way); what a drawing does not reach of the
+ * one before stays, as on a terminal (and a drawing read only in part does not blank the rest). */
+export function drawn(line: string): string {
+  let out = '';
+  for (const part of line.split('\r')) {
+    out = part + out.slice(part.length);
+  }
+  return out;
+}
+
+/** `screen` with `text` written after it; at most `max` characters of ended lines kept. */
+export function writeToScreen(screen: IScreen, text: string, max = 2_000_000): IScreen {
+  let open = screen.open + text;
+  let shown = screen.shown;
+  const end = open.lastIndexOf('\n');
+  if (end >= 0) {
+    shown = (shown + open.slice(0, end).split('\n').map(drawn).join('\n') + '\n').slice(-max);
+    open = open.slice(end + 1);
+  }
+  if (open.length > 8192 && open.includes('\r')) {
+    open = '\r' + drawn(open); // an endless progress line: what it shows is all that matters
+  }
+  return { shown, open };
+}
+
+/** What a terminal shows of `screen`. */
+export function screenText(screen: IScreen): string {
+  return screen.shown + drawn(screen.open);
+}

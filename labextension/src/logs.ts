@@ -3,7 +3,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { SchedulearnApi } from './api';
-import { isFinal } from './format';
+import { IScreen, isFinal, screenText, writeToScreen } from './format';
 import { IJob } from './types';
 
 const MAX_CHARS = 2_000_000;
@@ -12,7 +12,7 @@ export class LogView extends Widget {
   private _pre = document.createElement('pre');
   private _status = document.createElement('div');
   private _abort = new AbortController();
-  private _text = '';
+  private _screen: IScreen = { shown: '', open: '' };
 
   constructor(
     private _api: SchedulearnApi,
@@ -27,8 +27,9 @@ export class LogView extends Widget {
     void this.follow();
   }
 
+  /** The log as a terminal shows it (a progress bar's line at its last drawing). */
   get text(): string {
-    return this._text;
+    return screenText(this._screen);
   }
 
   /** Streams the log; once the stream ends, reads the whole log once more (idempotent). */
@@ -66,15 +67,15 @@ export class LogView extends Widget {
   }
 
   private _set(text: string): void {
-    this._text = text.slice(-MAX_CHARS);
-    this._pre.textContent = this._text;
+    this._screen = writeToScreen({ shown: '', open: '' }, text, MAX_CHARS);
+    this._pre.textContent = this.text;
     this._scroll();
   }
 
   private _append(text: string): void {
     const atBottom = this.node.scrollTop + this.node.clientHeight >= this.node.scrollHeight - 20;
-    this._text = (this._text + text).slice(-MAX_CHARS);
-    this._pre.textContent = this._text;
+    this._screen = writeToScreen(this._screen, text, MAX_CHARS);
+    this._pre.textContent = this.text;
     if (atBottom) {
       this._scroll();
     }

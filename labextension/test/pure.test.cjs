@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -114,4 +114,37 @@ test('deadlineText: time to the deadline and the scheduler\'s estimate, then met
   assert.equal(deadlineText(job({ state: 'succeeded', deadline: 900, deadline_status: 'met' }), 2000), 'deadline met');
   assert.equal(deadlineText(job({ state: 'succeeded', deadline: 900, deadline_status: 'missed', missed_by_s: 720 }), 2000), 'missed by 12m 0s');
   assert.equal(deadlineText(job({ state: 'running' }), 1000), '');
+});
+
+test('a log shown as a terminal would: a progress bar at its last drawing, whatever the pieces', () => {
+  assert.equal(drawn('epoch 1\repoch 2\repoch 10'), 'epoch 10');
+  assert.equal(drawn('100%\r 50%\r'), ' 50%');  // what a drawing does not reach stays
+  assert.equal(drawn('training 12/100\rtrai'), 'training 12/100');  // a drawing read in part
+  assert.equal(drawn('plain'), 'plain');
+  assert.equal(drawn(''), '');
+  const log = 'setup\n' + Array.from({ length: 100 }, (_, i) => `\rtraining ${i + 1}/100`).join('') + '\nsaved\n';
+  const whole = screenText(writeToScreen({ shown: '', open: '' }, log));
+  assert.equal(whole, 'setup\ntraining 100/100\nsaved\n');
+  for (const size of [1, 3, 7, 64]) { // the same, read in pieces of any size
+    let screen = { shown: '', open: '' };
+    const seen = [];
+    for (let i = 0; i < log.length; i += size) {
+      screen = writeToScreen(screen, log.slice(i, i + size));
+      seen.push(screenText(screen));
+    }
+    assert.equal(screenText(screen), whole);
+    // the bar redrawn in place
+    assert.ok(seen.some(t => /^setup\ntraining [1-9][0-9]?\/100$/.test(t)), `size ${size}`);
+    assert.ok(seen.every(t => !t.includes('\r')));
+  }
+  // an endless progress line keeps only its last drawing; ended lines at most `max` characters
+  let screen = { shown: '', open: '' };
+  for (let i = 0; i < 20000; i++) {
+    screen = writeToScreen(screen, `\rstep ${i}`, 50);
+  }
+  assert.ok(screen.open.length <= 8192 + 12);
+  assert.equal(screenText(screen), 'step 19999');
+  screen = writeToScreen(screen, '\n' + 'x'.repeat(60) + '\nend', 50);
+  assert.equal(screen.shown.length, 50);
+  assert.equal(screenText(screen), 'x'.repeat(49) + '\nend');
 });

@@ -20,7 +20,8 @@ PANEL = "#schedulearn-sidebar"
 PLUGIN = "schedulearn-labextension:plugin"
 SLEEP_JOB = "import time; time.sleep({s}); print('hi')"
 #: a job that runs until the test creates `gate` (a window the page cannot miss on a loaded machine)
-GATED_JOB = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.05)\nprint('hi')"
+GATED_JOB = ("import os, sys, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.05)\nprint('hi')\n"
+             "for i in range(50):\n    sys.stdout.write(f'\\rtraining {{i + 1}}/50')\nprint()\nprint('bye')")
 
 
 def open_sidebar(page: Any) -> Any:
@@ -120,7 +121,9 @@ def test_job_goes_queued_running_succeeded_in_the_panel(lab_page: Any, lab_serve
     log = lab_page.locator(f"#schedulearn-log-{job} pre.jp-schedulearn-log")
     log.wait_for()
     lab_page.wait_for_function(
-        "(id) => document.querySelector(`#schedulearn-log-${id} pre`)?.textContent.includes('hi')", arg=job)
+        "(id) => document.querySelector(`#schedulearn-log-${id} pre`)?.textContent.includes('bye')", arg=job)
+    shown = log.text_content()  # a progress bar at its last drawing, as a terminal shows it
+    assert "hi\ntraining 50/50\nbye" in shown and "training 49/50" not in shown and "\r" not in shown
     status = lab_page.locator(f"#schedulearn-log-{job} .jp-schedulearn-logview-status")
     lab_page.wait_for_function(
         "(id) => document.querySelector(`#schedulearn-log-${id} .jp-schedulearn-logview-status`)"

@@ -248,3 +248,12 @@ def test_job_widget_shows_a_progress_bar_as_a_terminal_would(shell: InteractiveS
     assert lines[-2:] == ["training 200/200", "saved"]
     assert [ln for ln in lines if ln.startswith("setup")] == [f"setup {i}" for i in range(5)]
     assert "training 199/200" not in widget.log_tail and "\r" not in widget.log_tail
+
+
+def test_screen_lines_draw_over_a_line_as_a_terminal_does() -> None:
+    from schedulearn_magics.views import screen_lines
+
+    assert screen_lines("setup\nepoch 1\repoch 2\repoch 10\nsaved\n") == ["setup", "epoch 10", "saved"]
+    assert screen_lines("100%\r 50%\r") == [" 50%"]  # what a drawing does not reach stays
+    assert screen_lines("training 12/100\rtrai") == ["training 12/100"]  # a drawing read in part
+    assert screen_lines("a\r\nb") == ["a", "b"] and screen_lines("") == []

@@ -69,9 +69,29 @@ def test_follow_reads_past_a_page_and_passes_an_endless_line_in_pieces(tmp_path:
     out = list(joblogs.follow(log, done=lambda: True))
     assert "".join(out) == log.read_bytes().decode()  # all of it, once, in order, though done at once
     assert out[: len(lines)] == lines
-    pieces = out[len(lines):-2]  # the endless line: in pieces, cut after a carriage return
-    assert len(pieces) >= 1 and all(p.endswith("\r") for p in pieces)
+    pieces = out[len(lines):-1]  # the progress bar's endless line: in pieces, as read
+    assert len(pieces) >= 3 and "".join(pieces) == bar + "\n"
     assert all(len(p) <= 2 * PAGE for p in out)
+
+
+def test_follow_holds_a_line_until_it_ends_but_not_a_progress_bar(tmp_path: Path) -> None:
+    """Readers get whole lines (a line caught half-written is held until its newline), but a
+    progress bar's drawings as they come: its line has carriage returns and may never end."""
+    log = tmp_path / "log.txt"
+    log.write_text("ready\nloading")
+    done = False
+    reader = joblogs.follow(log, lambda: done, interval=0.01)
+    assert next(reader) == "ready\n"
+    with log.open("a") as f:
+        f.write(" done\n\rstep 1")
+    assert next(reader) == "loading done\n" and next(reader) == "\rstep 1"
+    with log.open("a") as f:
+        f.write("\rstep 2")
+    assert next(reader) == "\rstep 2"
+    done = True
+    with log.open("a") as f:
+        f.write("\nend")
+    assert list(reader) == ["\n", "end"]
 
 
 async def test_afollow_is_follow_for_asyncio(tmp_path: Path) -> None:

@@ -274,6 +274,20 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
         assert via_jupyter.logs(job_id) == log  # passed on a page at a time
         assert LogReader(via_jupyter, job_id).read() == log  # page by page (`?offset=`)
         assert "".join(via_jupyter.follow(job_id)) == log  # no character cut in two on the way
+        # A progress bar's drawings come as they are drawn (not when its line ends): the job
+        # draws one, then waits for the gate that the follower opens once it has seen it.
+        gate = tmp_path / "gate"
+        bar = via_jupyter.submit({"command": [sys.executable, "-c", (
+            "import os, sys, time\nsys.stdout.write('\\rstep 1'); sys.stdout.flush()\n"
+            f"t = time.time()\nwhile not os.path.exists({str(gate)!r}) and time.time() - t < 30:\n"
+            "    time.sleep(0.05)\n"
+            f"print('\\rstep 2\\ngate seen:', os.path.exists({str(gate)!r}))")]})
+        pieces = []
+        for piece in via_jupyter.follow(bar["id"]):
+            pieces.append(piece)
+            if "step 1" in "".join(pieces):
+                gate.touch()
+        assert "gate seen: True\n" in pieces and "".join(pieces).count("\rstep 1\rstep 2\n") == 1
         with pytest.raises(ClientError) as e:
             via_jupyter.job(999)
         assert e.value.status == 404

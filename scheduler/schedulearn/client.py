@@ -186,12 +186,22 @@ class Client:
             return data, int(resp.headers[NEXT_OFFSET]), int(resp.headers[LOG_SIZE])
 
     def follow(self, job_id: int, tail: int | None = None, timeout: float | None = None) -> Iterator[str]:
-        """The log's lines as the job writes them, until it ends."""
+        """The log's lines as the job writes them, until it ends; a line a progress bar redraws
+        (carriage returns) comes in pieces, as it is drawn."""
         resp = self._open("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail, "follow": 1},
                           timeout=timeout or 24 * 3600)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        rest = ""
         with resp:
-            for line in resp:
-                yield line.decode("utf-8", "replace")
+            while chunk := resp.read1(1 << 16):
+                *lines, rest = (rest + decoder.decode(chunk)).split("\n")
+                yield from (line + "\n" for line in lines)
+                if "\r" in rest:  # a progress bar's drawings: as they come
+                    yield rest
+                    rest = ""
+            rest += decoder.decode(b"", final=True)
+            if rest:
+                yield rest
 
     def result(self, job_id: int) -> bytes:
         return self.request("GET", f"jobs/{int(job_id)}/result")

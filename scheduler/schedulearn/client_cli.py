@@ -159,7 +159,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.wait:
             for line in client.follow(job["id"]):
                 sys.stdout.write(line)
-            sys.stdout.flush()
+                sys.stdout.flush()  # a progress bar's drawing as it comes
             job = client.job(job["id"])
             print(f"job {job['id']}: {job['state']}" + (f" ({job['reason']})" if job.get("reason") else ""),
                   file=sys.stderr)

@@ -80,9 +80,10 @@ def page(path: Path | str, offset: int, size: int = PAGE) -> tuple[bytes, int, i
 
 class _Reader:
     """What `follow` and `afollow` share: the file once it is there, read at most `PAGE` at a
-    time, and the line not yet ended. A line that grows past `PAGE` unended is passed on in
-    pieces, cut after its last carriage return where it has one (a progress bar's update), so
-    that neither the reader's memory nor the wait for the line's end grows without bound."""
+    time, and the line not yet ended (held until it ends, so that readers get whole lines). A
+    line with a carriage return is a progress bar's, redrawn in place: what there is of it is
+    passed on at once (tqdm's bar moves as it is drawn); so is a line past `PAGE`, in pieces,
+    so that neither the reader's memory nor the wait for the line's end grows without bound."""
 
     def __init__(self, path: Path | str, from_start: bool):
         self.path, self.from_start = Path(path), from_start
@@ -104,8 +105,8 @@ class _Reader:
             return [], False
         *complete, self.buf = (self.buf + chunk).split(b"\n")
         out = [c.decode("utf-8", "replace") + "\n" for c in complete]
-        if len(self.buf) > PAGE:
-            cut = self.buf.rfind(b"\r") + 1 or utf8_boundary(self.buf)
+        if b"\r" in self.buf or len(self.buf) > PAGE:  # a progress bar's drawings, or a long line
+            cut = utf8_boundary(self.buf)
             out.append(self.buf[:cut].decode("utf-8", "replace"))
             self.buf = self.buf[cut:]
         return out, len(chunk) == PAGE

@@ -215,10 +215,26 @@ class LogsHandler(ApiMixin):
 
 
 class ResultHandler(ApiMixin):
+    """The result, sent a block at a time (chunked): a result that changed while it was sent is
+    cut short (no last chunk), which the client reads as an error, never as a whole result."""
+
     @web.authenticated
     async def get(self, job_id: str):
-        data = await self.manager.result(job_id)
-        self.finish_as(data, "application/octet-stream")
+        blocks = await self.manager.result(job_id)
+        self.set_header("Content-Type", "application/octet-stream")
+        try:
+            async for block in blocks:
+                self.write(block)
+                await self.flush()
+        except iostream.StreamClosedError:
+            return  # the client went away
+        except ApiError as e:  # it changed on the way: cut the answer short, never end it well
+            log.warning("job %s: %s; answer cut short", job_id, e)
+            self.request.connection.close()
+            return
+        finally:
+            await blocks.aclose()
+        self.finish_as(b"", "application/octet-stream")
 
 
 class OpenApiHandler(ApiMixin):

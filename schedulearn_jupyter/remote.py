@@ -162,8 +162,14 @@ class RemoteManager:
             with contextlib.suppress(BaseException):
                 await fetch
 
-    async def result(self, job_id: Any) -> bytes:
-        return await self._fetch("GET", f"jobs/{job_id}/result", raw=True)
+    async def result(self, job_id: Any) -> AsyncIterator[bytes]:
+        """The remote's result, read whole here (one user's Jupyter server), then passed on."""
+        data = await self._fetch("GET", f"jobs/{job_id}/result", raw=True)
+
+        async def one() -> AsyncIterator[bytes]:
+            yield data
+
+        return one()
 
     async def subscribe(self) -> RemoteSubscription:
         ws_url = "ws" + self.api[len("http"):] + "events"

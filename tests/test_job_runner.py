@@ -323,6 +323,34 @@ def test_job_environment_is_an_allow_list() -> None:
 
 
 # --- signed results -------------------------------------------------------------------------------
+def test_a_result_is_handed_out_a_block_at_a_time_and_never_whole_once_changed(tmp_path: Path) -> None:
+    """A result of several blocks comes out whole, block by block; one changed in place while
+    it is handed out (after its signature was checked) ends short: the last block is held back
+    until the signature of what was read matches, so it is never handed out whole."""
+    secret = results.server_secret(tmp_path)
+    d = tmp_path / "5"
+    d.mkdir()
+    data = os.urandom(3 * results.BLOCK + 123)
+    run.write_result(data, str(d / run.RESULT_FILE), results.job_key(secret, 5))
+    with results.open_result(secret, 5, d) as signed:
+        assert signed.size == len(data)
+        blocks = list(signed.blocks())
+        assert b"".join(blocks) == data and len(blocks) == 4
+        assert max(map(len, blocks)) == results.BLOCK
+    with results.open_result(secret, 5, d) as signed:
+        handed = signed.blocks()
+        got = next(handed)  # the first block (the second read, held back)
+        with open(d / run.RESULT_FILE, "r+b") as f:  # the same file, changed in place
+            f.seek(3 * results.BLOCK)
+            f.write(b"tampered")
+        with pytest.raises(results.ForgedResult, match="changed while it was read"):
+            for block in handed:
+                got += block
+        assert len(got) == 3 * results.BLOCK and got == data[:len(got)]  # never the last block
+    with pytest.raises(results.ForgedResult, match="not written by job 5's run"):
+        results.open_result(secret, 5, d)  # and the next ask is refused outright
+
+
 def test_a_result_is_handed_out_only_with_the_jobs_signature(tmp_path: Path) -> None:
     secret = results.server_secret(tmp_path)
     assert stat.S_IMODE((tmp_path / results.SECRET_NAME).stat().st_mode) == 0o600

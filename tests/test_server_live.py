@@ -321,3 +321,31 @@ def test_serve_on_postgresql_keeps_jobs_across_a_restart(tmp_path: Path, postgre
         wait_for(lambda: {j["state"] for j in c.jobs()} == {"cancelled"}, what="both cancelled")
     finally:
         s.stop()
+
+
+def test_a_large_result_comes_back_whole_and_one_changed_on_the_way_never_does(serve: Serve):
+    """`GET result` sends a result a block at a time (the server never holds it whole); a
+    result changed in place while it is sent ends the answer short, an error to the client,
+    never a whole result that its job's run did not sign."""
+    import http.client
+
+    from schedulearn import results, run
+
+    c = Client(serve.url, "alice-token")
+    job = c.submit({"command": [sys.executable, "-c", "pass"]})
+    wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the job to end")
+    root = serve.home / "jobs"
+    path = root / str(job["id"]) / run.RESULT_FILE
+    data = os.urandom(48 << 20)
+    run.write_result(data, str(path), results.job_key(results.server_secret(root), job["id"]))
+    assert c.result(job["id"]) == data
+    with c._open("GET", f"jobs/{job['id']}/result") as resp:
+        assert resp.read(1 << 20) == data[: 1 << 20]  # the server is at most a few MiB ahead
+        with open(path, "r+b") as f:  # changed in place: its end, not yet read by the server
+            f.seek(len(data) - 8)
+            f.write(b"tampered")
+        with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+            resp.read()
+    with pytest.raises(ClientError) as e:
+        c.result(job["id"])
+    assert e.value.status == 409  # and asked again, refused outright

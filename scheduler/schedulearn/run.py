@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 #: The environment variable holding the job's result key (set by the executor).
 RESULT_KEY_ENV = "SCHEDULEARN_RESULT_KEY"
@@ -47,10 +48,17 @@ USAGE = "usage: python -m schedulearn.run SCRIPT.py [ARGS...] | -m MODULE [ARGS.
 # --- results --------------------------------------------------------------------------------
 def result_mac(key: str, data: bytes) -> str:
     """The hex HMAC-SHA256 of a result's bytes under the job's result key."""
+    mac = result_hasher(key)
+    mac.update(data)
+    return mac.hexdigest()
+
+
+def result_hasher(key: str) -> Any:
+    """`result_mac` fed a block at a time (`update`, then `hexdigest`)."""
     import hashlib
     import hmac
 
-    return hmac.new(key.encode("ascii"), data, hashlib.sha256).hexdigest()
+    return hmac.new(key.encode("ascii"), digestmod=hashlib.sha256)
 
 
 def write_result(data: bytes, path: str, key: str | None = None) -> None:

@@ -186,7 +186,7 @@ class Manager(Protocol):
     async def logs(self, job_id: Any, tail: Any = None) -> str: ...
     async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]: ...
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
-    async def result(self, job_id: Any) -> bytes: ...
+    async def result(self, job_id: Any) -> AsyncIterator[bytes]: ...
     async def subscribe(self) -> EventStream: ...
     async def hello(self) -> dict[str, Any]: ...
 
@@ -473,14 +473,17 @@ class SchedulerService:
         job = self._job(job_id)
         return self.executor.afollow(job.id, lambda: job.state.final, tail=_as_count("tail", tail))
 
-    async def result(self, job_id: Any) -> bytes:
-        """The pickled result the job's own run wrote and signed (`schedulearn.results`): a
-        `result.pkl` anyone else put in its directory is refused (409), never handed out."""
+    async def result(self, job_id: Any) -> AsyncIterator[bytes]:
+        """The pickled result the job's own run wrote and signed (`schedulearn.results`), a block
+        at a time (a model of gigabytes is never held whole here): a `result.pkl` anyone else
+        put in its directory is refused (409), never handed out. Its signature is checked in a
+        thread (a pass over the file), and again over the blocks handed out."""
         from .results import ForgedResult, NoResult, ResultError
 
         job = self._job(job_id)
         try:
-            return self.executor.read_result(job.id)
+            signed = await asyncio.to_thread(self.executor.open_result, job.id)
+            return _blocks(signed)
         except NoResult:
             raise NotFound(f"result: job {job.id} has no result (yet); state {job.state.value}") from None
         except ForgedResult as e:
@@ -552,7 +555,7 @@ class Unavailable:
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
         raise self._refuse()
 
-    async def result(self, job_id: Any) -> bytes:
+    async def result(self, job_id: Any) -> AsyncIterator[bytes]:
         raise self._refuse()
 
     async def subscribe(self) -> EventStream:
@@ -560,6 +563,20 @@ class Unavailable:
 
     async def hello(self) -> dict[str, Any]:
         raise self._refuse()
+
+
+async def _blocks(signed: Any) -> AsyncIterator[bytes]:
+    """A signed result's blocks (`results.SignedResult.blocks`), closed at the end or when the
+    reader goes away; one changed on the way: `Conflict` (what was sent must be cut short)."""
+    from .results import ResultError
+
+    try:
+        for block in signed.blocks():
+            yield block
+    except ResultError as e:
+        raise Conflict(str(e)) from None
+    finally:
+        signed.close()
 
 
 _INT64 = 2**63

@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..inventory import HostInventory, Inventory
 from ..model import Allocation, Job, Node
+
+if TYPE_CHECKING:
+    from ..results import SignedResult
 
 
 class EngineLink(Protocol):
@@ -170,6 +173,12 @@ class Executor:
     def read_result(self, job_id: int) -> bytes:
         """The job's result, written and signed by its own run (`results.NoResult`,
         `results.ForgedResult`)."""
+        with self.open_result(job_id) as signed:
+            return b"".join(signed.blocks())
+
+    def open_result(self, job_id: int) -> SignedResult:
+        """The job's result, open, its signature checked (`results.open_result`): what `GET
+        result` hands out a block at a time."""
         from ..results import NoResult
 
         raise NoResult(f"result: job {job_id} has no result")

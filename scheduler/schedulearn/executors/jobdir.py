@@ -13,12 +13,15 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import joblogs, nofollow
 from ..jobfiles import CHECKPOINT_DIR, LOG_NAME, METRICS_FILE, SCRIPT_NAME
 from ..model import Job, JobSpec, SpecError
 from .base import Executor, ExecutorError
+
+if TYPE_CHECKING:
+    from ..results import SignedResult
 
 
 class JobDirExecutor(Executor):
@@ -76,11 +79,11 @@ class JobDirExecutor(Executor):
 
         return job_key(server_secret(self.job_root), job_id)
 
-    def read_result(self, job_id: int) -> bytes:
+    def open_result(self, job_id: int) -> SignedResult:
         """The job's `result.pkl` when its own run wrote it (`NoResult`, `ForgedResult`)."""
-        from ..results import read_result, server_secret
+        from ..results import open_result, server_secret
 
-        return read_result(server_secret(self.job_root), job_id, self.job_dir(job_id))
+        return open_result(server_secret(self.job_root), job_id, self.job_dir(job_id))
 
     # -- logs ------------------------------------------------------------------------------------
     def is_running(self, job_id: int) -> bool:

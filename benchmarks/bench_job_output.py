@@ -1,4 +1,5 @@
-"""A job's log read back through the REST API: the server's memory, and what a poller costs.
+"""A job's log and result read back through the REST API: the server's memory, and what a
+poller costs.
 
 Starts a real `schedulearn serve` (local executor, virtual GPUs, SQLite) in a subprocess, from
 this checkout or from `--root` (another checkout, to compare two versions side by side). Then:
@@ -10,8 +11,11 @@ this checkout or from `--root` (another checkout, to compare two versions side b
    pollers ask every 0.5 s, one for the whole log each time (what the magics' text view did),
    one for the page after what it has (`?offset=`, where the server has it): bytes received
    by each, and whether both ended with the job's log.
+3. *A large result*: a job's signed `result.pkl` of `--mb` MiB (a model returned by a cell) read
+   back with `GET jobs/{id}/result`: the server's memory peak above what it held before, the
+   time, and whether the bytes came back whole.
 
-    python benchmarks/bench_logs.py [--mb 512] [--seconds 20] [--root ../other-checkout]
+    python benchmarks/bench_job_output.py [--mb 512] [--seconds 20] [--root ../other-checkout]
 """
 
 from __future__ import annotations
@@ -109,6 +113,47 @@ def whole_log(server: Server, mb: int) -> dict:
             "seconds": took}
 
 
+class Peak:
+    """The server's resident memory, sampled every 10 ms while the block runs: its peak."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def __enter__(self) -> Peak:
+        self.before = self.peak = rss_mib(self.pid)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._sample, daemon=True)
+        self._t.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib(self.pid))
+            time.sleep(0.01)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def large_result(server: Server, home: Path, mb: int) -> dict:
+    from schedulearn import results, run
+
+    job = server.submit("pass")
+    server.wait(job)
+    root = home / "jobs"
+    data = os.urandom(mb << 20)
+    key = results.job_key(results.server_secret(root), job)
+    run.write_result(data, str(root / str(job) / run.RESULT_FILE), key)
+    with Peak(server.proc.pid) as peak:
+        start = time.perf_counter()
+        with server.open(f"jobs/{job}/result") as r:
+            got = r.read()
+        took = time.perf_counter() - start
+    return {"mib": len(got) / 2**20, "whole": got == data, "rss_before_mib": peak.before,
+            "rss_peak_above_mib": peak.peak - peak.before, "seconds": took}
+
+
 def polling(server: Server, seconds: float) -> dict:
     line = "y" * 1023
     job = server.submit(f"import sys, time\nfor _ in range({int(seconds * 100)}):\n"
@@ -164,6 +209,9 @@ def main() -> None:
                 f"{p['paged_mib']:.1f} MiB (the log, whole: {p['paged_equal']})")
             print(f"polling every 0.5 s a job that writes {p['log_mib']:.1f} MiB in {args.seconds:.0f} s: "
                   f"the whole log each time {p['whole_mib']:.1f} MiB, the pages after what was read {paged}")
+            r = large_result(server, Path(tmp), args.mb)
+            print(f"result: {r['mib']:.0f} MiB read in {r['seconds']:.1f} s (whole: {r['whole']}); "
+                  f"server RSS {r['rss_before_mib']:.0f} MiB before, peak +{r['rss_peak_above_mib']:.0f} MiB")
         finally:
             server.stop()
 

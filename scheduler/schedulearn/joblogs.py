@@ -107,8 +107,9 @@ class _Reader:
         out = [c.decode("utf-8", "replace") + "\n" for c in complete]
         if b"\r" in self.buf or len(self.buf) > PAGE:  # a progress bar's drawings, or a long line
             cut = utf8_boundary(self.buf)
-            out.append(self.buf[:cut].decode("utf-8", "replace"))
-            self.buf = self.buf[cut:]
+            if cut:
+                out.append(self.buf[:cut].decode("utf-8", "replace"))
+                self.buf = self.buf[cut:]
         return out, len(chunk) == PAGE
 
     def rest(self) -> list[str]:

@@ -258,6 +258,21 @@ def test_a_job_that_cannot_make_it_is_flagged_early_and_left_best_effort():
     assert final[0]["deadline_status"] == "missed" and final[0]["missed_by_s"] > 0
 
 
+@pytest.mark.parametrize("policy", ["fifo", "edf"])
+def test_a_job_that_cannot_make_it_is_told_so_under_a_policy_without_ticks(policy):
+    """`fifo` and `edf` run rounds only when jobs come and go; with no other job, `hopeless`
+    (3,000 s on its 4 GPUs, due in 600 s) would hear nothing until it ended. The engine looks
+    at the deadline statuses at its ticks all the same (every `DEADLINE_WATCH_S`): its
+    `will_miss` event comes once its reports tell, long before its deadline, and no extra
+    round runs for it."""
+    events = []
+    jobs, r = _run([_elastic("hopeless", 0, 4, 3000, 600)], policy, events)
+    flagged = [t for t, e in events if e["event"] == "deadline" and e["job"]["deadline_status"] == "will_miss"]
+    assert flagged and flagged[0] <= 300, [(t, e["job"].get("deadline_status")) for t, e in events]
+    assert jobs["hopeless"].state.value == "succeeded" and jobs["hopeless"].restarts == 0
+    assert len([t for t, e in events if e["event"] == "deadline"]) <= 3  # each change once
+
+
 def test_a_rigid_job_found_to_miss_gives_way_at_the_next_tick_not_at_the_next_event(tmp_path):
     """Rigid jobs alone: `b` (all 4 GPUs, 300 s, due in 60 s) starts first, knowing nothing;
     `a` (2 GPUs, 120 s, due at 401) waits behind it. Once b's reports say it will miss, `qoe`

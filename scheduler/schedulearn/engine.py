@@ -50,6 +50,11 @@ from .policies.base import Policy, RoundContext
 
 log = logging.getLogger("schedulearn.engine")
 
+#: Seconds between looks at the deadline statuses at ticks that run no round (a policy that is
+#: not time-driven, `fifo` or `edf`, runs rounds only when jobs come and go; a job can go from on
+#: track to at risk in between, and its `deadline` event must not wait for the next arrival).
+DEADLINE_WATCH_S = 30.0
+
 
 class JobNotFound(KeyError):
     def __str__(self) -> str:
@@ -122,6 +127,7 @@ class Engine:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.history = History()  # finished jobs: what run-time predictions learn from
         self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
+        self._watched = -math.inf  # when their statuses were last looked at
         self.rounds = 0
         self.closed = False
         self._dirty = True
@@ -387,6 +393,11 @@ class Engine:
         """GPUs on the largest healthy node (how speed-up curves pack GPUs)."""
         return max((len(n.gpus) for n in self.nodes if n.healthy), default=1)
 
+    def _watch_deadlines(self, now: float) -> None:
+        self._watched = now
+        for job in list(self._deadlined.values()):
+            self._watch_deadline(job, now)
+
     def _watch_deadline(self, job: Job, now: float) -> None:
         """A `deadline` event when the scheduler's estimate of a job's deadline changes (on track,
         at risk, will miss; met or missed at its end): what the widget and the sidebar show."""
@@ -412,6 +423,12 @@ class Engine:
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
         if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
+            if tick and now - self._watched >= DEADLINE_WATCH_S:  # no round: time alone moves
+                self._in_round = True  # a deadline's status (fifo, edf: rounds only at events);
+                try:  # its events are the scheduler's own, no reason for a round
+                    self._watch_deadlines(now)
+                finally:
+                    self._in_round = False
             return
         self._resync()  # what happened but is not stored yet goes first (raises: no round)
         self._dirty = False
@@ -419,8 +436,7 @@ class Engine:
         self._in_round = True
         try:
             self._round(now)
-            for job in list(self._deadlined.values()):
-                self._watch_deadline(job, now)
+            self._watch_deadlines(now)
         except BaseException:
             self._dirty = True  # try again at the next wake-up or tick
             raise

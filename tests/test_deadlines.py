@@ -267,7 +267,8 @@ def test_a_job_that_cannot_make_it_is_told_so_under_a_policy_without_ticks(polic
     round runs for it."""
     events = []
     jobs, r = _run([_elastic("hopeless", 0, 4, 3000, 600)], policy, events)
-    flagged = [t for t, e in events if e["event"] == "deadline" and e["job"]["deadline_status"] == "will_miss"]
+    flagged = [t for t, e in events
+               if e["event"] == "deadline" and e["job"]["deadline_status"] == "will_miss"]
     assert flagged and flagged[0] <= 300, [(t, e["job"].get("deadline_status")) for t, e in events]
     assert jobs["hopeless"].state.value == "succeeded" and jobs["hopeless"].restarts == 0
     assert len([t for t, e in events if e["event"] == "deadline"]) <= 3  # each change once

@@ -39,6 +39,7 @@ LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
 #: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
 SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
                        "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
+LOGS_LINES = 1000  # what `%schedulearn logs ID` shows unless told otherwise (--tail N, --all)
 SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
@@ -340,7 +341,7 @@ class SchedulearnMagics(Magics):
     def _line_help(self) -> str:
         return ("%schedulearn queue          live table of jobs and the policy dropdown\n"
                 "%schedulearn ls             the jobs, as text\n"
-                "%schedulearn logs ID        a job's log\n"
+                "%schedulearn logs ID        a job's log (its last 1,000 lines; --tail N, --all)\n"
                 "%schedulearn cancel ID      cancel a job\n"
                 "%schedulearn result ID      a finished job's result\n"
                 "%schedulearn policy [NAME]  show the policies, or switch to NAME\n"
@@ -374,8 +375,30 @@ class SchedulearnMagics(Magics):
         print(views.text_table(self._call(self.client.jobs)))
 
     def _logs(self, rest: list[str]) -> None:
-        text = self._call(self.client.logs, self._job_id("logs", rest))
-        print(text, end="" if text.endswith("\n") else "\n")
+        """`logs ID [--tail N | --all]`: the log's last `LOGS_LINES` lines by default (a log of
+        gigabytes would take the notebook down), saying so when there is more."""
+        usage = "%schedulearn logs: expected a job id, then --tail N or --all"
+        words = list(rest)
+        lines: int | None = LOGS_LINES
+        if "--all" in words:
+            words.remove("--all")
+            lines = None
+        elif "--tail" in words:
+            i = words.index("--tail")
+            n = words[i + 1] if i + 1 < len(words) else ""
+            if not n.isdigit():
+                raise UsageError(f"%schedulearn logs: --tail expects a number of lines >= 0, got {n!r}")
+            lines = int(n)
+            del words[i:i + 2]
+        if len(words) != 1 or not words[0].isdigit():
+            raise UsageError(f"{usage}, got {' '.join(rest)!r}")
+        job_id = int(words[0])
+        text = self._call(self.client.logs, job_id, None if lines is None else lines + 1)
+        if lines is not None and text.count("\n") + (not text.endswith("\n") and bool(text)) > lines:
+            text = text.split("\n", 1)[1] if lines else ""
+            print(f"(the last {lines:,} lines; %schedulearn logs {job_id} --all for all of it)")
+        if text:
+            print(text, end="" if text.endswith("\n") else "\n")
 
     def _cancel(self, rest: list[str]) -> None:
         job = self._call(self.client.cancel, self._job_id("cancel", rest))

@@ -231,7 +231,7 @@ def test_bad_line_magic_input(shell: InteractiveShell, client: Client) -> None:
     for line, message in [
         ("policy nosuch", "nosuch"),
         ("frobnicate", "unknown command 'frobnicate'"),
-        ("logs", "expected one job id"),
+        ("logs", "expected a job id, then --tail N or --all"),
         ("cancel x", "expected one job id"),
         ("logs 999999", "no job with id 999999"),
     ]:
@@ -282,6 +282,30 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     done = cell(shell, "--no-wait", "'kept'").result
     done.wait(timeout=60)
     assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
+
+
+def test_logs_line_magic_shows_the_last_lines_unless_told(shell: InteractiveShell,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """`%schedulearn logs ID` prints the last 1,000 lines and says there is more (a log of
+    gigabytes printed whole takes the notebook down); `--tail N` and `--all` say otherwise."""
+    handle = cell(shell, "--no-wait", "print('\\n'.join(f'row {i}' for i in range(1500)))").result
+    handle.wait(timeout=60)
+    capsys.readouterr()
+    shell.run_cell(f"%schedulearn logs {handle.id}")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"(the last 1,000 lines; %schedulearn logs {handle.id} --all for all of it)"
+    assert len(out) == 1001 and "row 1499" in out and "row 499" not in out
+    shell.run_cell(f"%schedulearn logs {handle.id} --tail 3")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[0].startswith("(the last 3 lines;") and "row 1499" in out[1:]
+    shell.run_cell(f"%schedulearn logs --all {handle.id}")
+    out = capsys.readouterr().out
+    assert "row 0\n" in out and "row 1499\n" in out and "(the last" not in out
+    for line, message in [(f"--tail x {handle.id}", "--tail expects a number of lines >= 0, got 'x'"),
+                          (f"{handle.id} --tail", "--tail expects a number of lines >= 0, got ''"),
+                          (f"{handle.id} 7", "expected a job id, then --tail N or --all, got")]:
+        r = shell.run_cell(f"%schedulearn logs {line}")
+        assert isinstance(r.error_in_exec, UsageError) and message in str(r.error_in_exec), r.error_in_exec
 
 
 @pytest.fixture

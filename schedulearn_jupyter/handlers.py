@@ -53,6 +53,31 @@ class ApiMixin:
         self.set_header("Content-Type", content_type)
         return self.finish(data)
 
+    async def send_stream(self, chunks: Any, content_type: str) -> None:
+        """Send `chunks` (an async iterator) as they come, at the client's pace (what is unsent
+        stays where it is). A failure once the answer has begun cuts it short — the connection
+        closed before its end, which the client reads as an error — never ends it well: a
+        result that changed on the way, or a remote answer cut short, must not read as whole
+        (tornado itself would end such an answer properly)."""
+        self.set_header("Content-Type", content_type)
+        begun = False
+        try:
+            async for chunk in chunks:
+                self.write(chunk)
+                await self.flush()
+                begun = True
+        except iostream.StreamClosedError:
+            return  # the client went away
+        except Exception as e:
+            if not begun:
+                raise  # nothing sent yet: answered as any error
+            log.warning("%s %s: %s; answer cut short", self.request.method, self.request.path, e)
+            self.request.connection.close()
+            return
+        finally:
+            await chunks.aclose()
+        self.finish_as(b"", content_type)
+
     def log_exception(self, typ, value, tb):  # type: ignore[override]
         if not log_answered(self, value):
             super().log_exception(typ, value, tb)  # type: ignore[misc]
@@ -200,18 +225,9 @@ class LogsHandler(ApiMixin):
             data, after, _ = await self.manager.log_page(job_id, after)
 
     async def _stream(self, chunks: Any) -> None:
-        self.set_header("Content-Type", TEXT)
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
-        try:
-            async for chunk in chunks:
-                self.write(chunk)
-                await self.flush()  # at the client's pace: what is unsent stays on disk
-        except iostream.StreamClosedError:
-            return  # the client went away
-        finally:
-            await chunks.aclose()
-        self.finish_as("", TEXT)
+        await self.send_stream(chunks, TEXT)
 
 
 class ResultHandler(ApiMixin):
@@ -220,21 +236,7 @@ class ResultHandler(ApiMixin):
 
     @web.authenticated
     async def get(self, job_id: str):
-        blocks = await self.manager.result(job_id)
-        self.set_header("Content-Type", "application/octet-stream")
-        try:
-            async for block in blocks:
-                self.write(block)
-                await self.flush()
-        except iostream.StreamClosedError:
-            return  # the client went away
-        except ApiError as e:  # it changed on the way: cut the answer short, never end it well
-            log.warning("job %s: %s; answer cut short", job_id, e)
-            self.request.connection.close()
-            return
-        finally:
-            await blocks.aclose()
-        self.finish_as(b"", "application/octet-stream")
+        await self.send_stream(await self.manager.result(job_id), "application/octet-stream")
 
 
 class OpenApiHandler(ApiMixin):
@@ -299,6 +301,31 @@ class EventsMixin:
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:  # JSON, not an HTML page
         ApiMixin.write_error(self, status_code, **kwargs)  # type: ignore[arg-type]
+
+    async def send_stream(self, chunks: Any, content_type: str) -> None:
+        """Send `chunks` (an async iterator) as they come, at the client's pace (what is unsent
+        stays where it is). A failure once the answer has begun cuts it short — the connection
+        closed before its end, which the client reads as an error — never ends it well: a
+        result that changed on the way, or a remote answer cut short, must not read as whole
+        (tornado itself would end such an answer properly)."""
+        self.set_header("Content-Type", content_type)
+        begun = False
+        try:
+            async for chunk in chunks:
+                self.write(chunk)
+                await self.flush()
+                begun = True
+        except iostream.StreamClosedError:
+            return  # the client went away
+        except Exception as e:
+            if not begun:
+                raise  # nothing sent yet: answered as any error
+            log.warning("%s %s: %s; answer cut short", self.request.method, self.request.path, e)
+            self.request.connection.close()
+            return
+        finally:
+            await chunks.aclose()
+        self.finish_as(b"", content_type)
 
     def log_exception(self, typ, value, tb):  # type: ignore[override]
         # A refused socket (no token, not an upgrade) is one line, not a traceback.

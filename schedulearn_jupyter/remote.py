@@ -57,6 +57,8 @@ class RemoteManager:
         self.token = token
         self.timeout = timeout
         self.http = httpclient.AsyncHTTPClient()
+        # streams (a followed log, a result) pass through, never held: no 100 MB cap on them
+        self.streams = httpclient.AsyncHTTPClient(force_instance=True, max_body_size=1 << 62)
 
     def start(self, loop: Any = None) -> None:
         pass
@@ -81,21 +83,71 @@ class RemoteManager:
             body=json.dumps(body) if body is not None else (b"" if method in ("POST", "PUT") else None),
             request_timeout=kw.pop("request_timeout", self.timeout), allow_nonstandard_methods=True, **kw)
         try:
-            resp = await self.http.fetch(req, raise_error=False)
+            client = self.streams if kw.get("streaming_callback") else self.http
+            resp = await client.fetch(req, raise_error=False)
         except OSError as e:
             raise ApiError(f"remote: cannot reach {self.api} ({e})", 502) from None
-        if resp.code == 599:
-            raise ApiError(f"remote: cannot reach {self.api} ({resp.error})", 502)
-        if resp.code >= 400:
-            try:
-                message = json.loads(resp.body)["error"]
-            except (ValueError, KeyError, TypeError):
-                message = f"remote: HTTP {resp.code}"
-            # 503: the remote scheduler's store is down (nothing changed, try again): passed on
-            raise ApiError(message, resp.code if resp.code < 500 or resp.code == 503 else 502)
+        if resp.code == 599 or resp.code >= 400:
+            raise self._error(resp.code, resp.body, resp.error)
         if whole:  # the response itself (its headers too)
             return resp
         return resp.body if raw else (json.loads(resp.body) if resp.body else None)
+
+    def _error(self, code: int, body: bytes | None, error: Any = None) -> ApiError:
+        """The remote's error, passed on: its one-line message, and its status where it is the
+        caller's (4xx; 503: the remote's store is down, nothing changed, try again), else 502."""
+        if code == 599:
+            return ApiError(f"remote: cannot reach {self.api} ({error})", 502)
+        try:
+            message = json.loads(body or b"")["error"]
+        except (ValueError, KeyError, TypeError):
+            message = f"remote: HTTP {code}"
+        return ApiError(message, code if code < 500 or code == 503 else 502)
+
+    async def _download(self, path: str) -> AsyncIterator[bytes]:
+        """A large answer passed on as it comes, never held whole here: the remote's error (a
+        4xx) is raised before anything is handed on, and an answer cut short upstream (a result
+        that changed while it was sent) is raised at its end, so that ours is cut short too."""
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def header(line: str) -> None:
+            if line.startswith("HTTP/") and not status.done():
+                status.set_result(int(line.split()[1]))
+
+        req = httpclient.HTTPRequest(self._url(path), headers=self._headers(), request_timeout=24 * 3600,
+                                     header_callback=header, streaming_callback=queue.put_nowait)
+        fetch = asyncio.ensure_future(self.streams.fetch(req, raise_error=False))
+        fetch.add_done_callback(lambda _: queue.put_nowait(None))
+        first = await queue.get()
+        code = status.result() if status.done() else 599
+        if code != 200:
+            body = b""
+            while first is not None:
+                body, first = body + first, await queue.get()
+            try:
+                resp = await fetch
+            except Exception as e:  # (connection errors are raised, not answered)
+                raise ApiError(f"remote: cannot reach {self.api} ({e})", 502) from None
+            raise self._error(code if code != 599 else resp.code, body, resp.error)
+        return self._passed_on(first, queue, fetch)
+
+    async def _passed_on(self, first: bytes | None, queue: asyncio.Queue, fetch: Any) -> AsyncIterator[bytes]:
+        chunk = first
+        try:
+            while chunk is not None:
+                yield chunk
+                chunk = await queue.get()
+            try:
+                resp = fetch.result()
+            except Exception as e:  # the remote closed it before its end
+                raise ApiError(f"remote: the answer was cut short ({e})", 502) from None
+            if resp.code != 200 or resp.error is not None:
+                raise ApiError(f"remote: the answer was cut short ({resp.error or resp.code})", 502)
+        finally:
+            fetch.cancel()
+            with contextlib.suppress(BaseException):
+                await fetch
 
     async def policies(self) -> list[dict[str, str]]:
         return await self._fetch("GET", "policies")
@@ -163,13 +215,8 @@ class RemoteManager:
                 await fetch
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
-        """The remote's result, read whole here (one user's Jupyter server), then passed on."""
-        data = await self._fetch("GET", f"jobs/{job_id}/result", raw=True)
-
-        async def one() -> AsyncIterator[bytes]:
-            yield data
-
-        return one()
+        """The remote's result, passed on as it comes (`_download`)."""
+        return await self._download(f"jobs/{job_id}/result")
 
     async def subscribe(self) -> RemoteSubscription:
         ws_url = "ws" + self.api[len("http"):] + "events"

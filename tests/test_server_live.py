@@ -349,3 +349,42 @@ def test_a_large_result_comes_back_whole_and_one_changed_on_the_way_never_does(s
     with pytest.raises(ClientError) as e:
         c.result(job["id"])
     assert e.value.status == 409  # and asked again, refused outright
+
+
+def test_a_result_through_a_remote_scheduler_is_passed_on_and_cut_short_as_upstream(
+        serve: Serve, tmp_path: Path):
+    """An extension that uses a remote scheduler passes a result on as it comes (a model of
+    gigabytes is not held in the user's Jupyter server), the remote's 409 as a 409, and an
+    answer cut short upstream (the result changed on the way) cut short too."""
+    import http.client
+
+    from schedulearn import results, run
+
+    jupyter = LiveServer(tmp_path / "jupyter", {"remote_url": serve.url, "remote_token": "alice-token"})
+    try:
+        jupyter.start()
+        c = Client(jupyter.url, jupyter.token)
+        job = c.submit({"command": [sys.executable, "-c", "pass"]})
+        wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the job to end")
+        with pytest.raises(ClientError) as e:
+            c.result(job["id"])
+        assert e.value.status == 404 and "has no result" in str(e.value)
+        root = serve.home / "jobs"
+        path = root / str(job["id"]) / run.RESULT_FILE
+        data = os.urandom(128 << 20)
+        run.write_result(data, str(path), results.job_key(results.server_secret(root), job["id"]))
+        got = c.result(job["id"])
+        assert len(got) == len(data), (len(got), len(data))
+        assert got == data, next(i for i in range(len(data)) if got[i] != data[i])
+        with c._open("GET", f"jobs/{job['id']}/result") as resp:
+            assert resp.read(1 << 20) == data[: 1 << 20]
+            with open(path, "r+b") as f:
+                f.seek(len(data) - 8)
+                f.write(b"tampered")
+            with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+                resp.read()
+        with pytest.raises(ClientError) as e:
+            c.result(job["id"])
+        assert e.value.status == 409 and f"not written by job {job['id']}'s run" in str(e.value)
+    finally:
+        jupyter.stop()

@@ -46,6 +46,17 @@ class RemoteSubscription:
             self.conn.close()
 
 
+def _chunks() -> asyncio.Queue:
+    """Where a streamed answer's chunks wait to be passed on: a few at most, the remote read at
+    the pace of whoever reads them (`streaming_callback=queue.put`: tornado waits on it)."""
+    return asyncio.Queue(maxsize=8)
+
+
+def _end(fetch: asyncio.Future, queue: asyncio.Queue) -> None:
+    """None after the last chunk, once the fetch is over (however it ended)."""
+    fetch.add_done_callback(lambda _: asyncio.ensure_future(queue.put(None)))
+
+
 class RemoteManager:
     """A `schedulearn.service.Manager` that forwards to a standalone server."""
 
@@ -108,7 +119,7 @@ class RemoteManager:
         """A large answer passed on as it comes, never held whole here: the remote's error (a
         4xx) is raised before anything is handed on, and an answer cut short upstream (a result
         that changed while it was sent) is raised at its end, so that ours is cut short too."""
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        queue = _chunks()
         status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def header(line: str) -> None:
@@ -116,9 +127,9 @@ class RemoteManager:
                 status.set_result(int(line.split()[1]))
 
         req = httpclient.HTTPRequest(self._url(path), headers=self._headers(), request_timeout=24 * 3600,
-                                     header_callback=header, streaming_callback=queue.put_nowait)
+                                     header_callback=header, streaming_callback=queue.put)
         fetch = asyncio.ensure_future(self.streams.fetch(req, raise_error=False))
-        fetch.add_done_callback(lambda _: queue.put_nowait(None))
+        _end(fetch, queue)
         first = await queue.get()
         code = status.result() if status.done() else 599
         if code != 200:
@@ -148,6 +159,8 @@ class RemoteManager:
             fetch.cancel()
             with contextlib.suppress(BaseException):
                 await fetch
+            while not queue.empty():  # (so that the end's None finds room)
+                queue.get_nowait()
 
     async def policies(self) -> list[dict[str, str]]:
         return await self._fetch("GET", "policies")
@@ -195,11 +208,11 @@ class RemoteManager:
         return self._follow(job_id, tail)
 
     async def _follow(self, job_id: Any, tail: Any) -> AsyncIterator[str]:
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        queue = _chunks()
         fetch = asyncio.ensure_future(self._fetch(
             "GET", f"jobs/{job_id}/logs", params={"tail": tail, "follow": 1}, raw=True,
-            streaming_callback=queue.put_nowait, request_timeout=24 * 3600))
-        fetch.add_done_callback(lambda _: queue.put_nowait(None))
+            streaming_callback=queue.put, request_timeout=24 * 3600))
+        _end(fetch, queue)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
         try:
             while True:
@@ -213,6 +226,8 @@ class RemoteManager:
             fetch.cancel()
             with contextlib.suppress(BaseException):
                 await fetch
+            while not queue.empty():  # (so that the end's None finds room)
+                queue.get_nowait()
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
         """The remote's result, passed on as it comes (`_download`)."""

@@ -70,8 +70,19 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     wait_for(lambda: json.loads(cli(env, "ls", "--json", "--state", "succeeded").stdout)["jobs"],
              what="the job to succeed")
     assert "hi from the cli" in cli(env, "logs", str(job["id"])).stdout
+    # a long log, byte for byte, and into a reader that stops early: no error, no traceback
+    big = json.loads(cli(env, "submit", "--json", "--name", "big", "--", sys.executable, "-c",
+                         "print('\\n'.join(f'row {i} é' for i in range(300_000)))").stdout)
+    wait_for(lambda: cli(env, "ls", "--json", "--state", "succeeded").stdout.count('"big"'), what="big")
+    whole = subprocess.run([sys.executable, "-m", "schedulearn.cli", "logs", str(big["id"])], env=env,
+                           capture_output=True, timeout=60)
+    on_disk = (Path(live_server.traits["job_root"]) / str(big["id"]) / "log.txt").read_bytes()
+    assert whole.returncode == 0 and whole.stdout == on_disk and len(on_disk) > 3 << 20  # 4 pages
+    head = subprocess.run(f"{sys.executable} -m schedulearn.cli logs {big['id']} | head -n 2", shell=True,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert head.returncode == 0 and len(head.stdout.splitlines()) == 2 and head.stderr == "", head.stderr
     listed = json.loads(cli(env, "ls", "--json").stdout)["jobs"]
-    assert [j["id"] for j in listed] == [job["id"]]
+    assert [j["id"] for j in listed] == [job["id"], big["id"]]
     table = cli(env, "ls").stdout.splitlines()
     assert table[0].split()[:4] == ["ID", "NAME", "USER", "STATE"] and "succeeded" in table[1]
     assert "PROGRESS" in table[0].split() and "done" in table[1].split()

@@ -178,6 +178,13 @@ class Client:
         raw = self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail})
         return raw.decode("utf-8", "replace")
 
+    def log_bytes(self, job_id: int, tail: int | None = None) -> Iterator[bytes]:
+        """The log (or its last `tail` lines) as the server sends it, a piece at a time: the
+        whole log of a chatty job is never held here either."""
+        with self._open("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail}) as resp:
+            while chunk := resp.read1(1 << 16):
+                yield chunk
+
     def log_page(self, job_id: int, offset: int = 0) -> tuple[bytes, int, int]:
         """The log's bytes from `offset` on (at most a MiB: it may end inside a UTF-8 character),
         the offset the next page starts at, and the log's size (`LogReader` keeps the place)."""

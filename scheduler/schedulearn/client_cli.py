@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -223,11 +224,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 sys.stdout.write(line)
                 sys.stdout.flush()
         else:
-            sys.stdout.write(client.logs(args.job_id, args.tail))
+            for chunk in client.log_bytes(args.job_id, args.tail):  # as it comes, byte for byte
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
     except ClientError as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `schedulearn logs 7 | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no error at exit)
+        return 0
     return 0
 
 

@@ -218,12 +218,12 @@ def _elastic(name: str, at: float, gpus: int, duration: float, deadline: float |
     return TraceJob(at, spec, name)
 
 
-def _run(trace, policy, events=None, actions=()):
+def _run(trace, policy, events=None, actions=(), **kw):
     def listen(engine):
         engine.listeners.append(lambda e: events.append((engine.clock(), e)) if events is not None else None)
 
     r = simulate(trace, parse_cluster("1x8"), policy, interval=60, restart_penalty=10,
-                 actions=[(0, listen), *actions])
+                 actions=[(0, listen), *actions], **kw)
     return {j.spec.name: j for j in r.jobs}, r
 
 
@@ -264,14 +264,17 @@ def test_a_job_that_cannot_make_it_is_told_so_under_a_policy_without_ticks(polic
     (3,000 s on its 4 GPUs, due in 600 s) would hear nothing until it ended. The engine looks
     at the deadline statuses at its ticks all the same (every `DEADLINE_WATCH_S`): its
     `will_miss` event comes once its reports tell, long before its deadline, and no extra
-    round runs for it."""
+    round runs for it (the simulator looks only at rounds unless asked: `deadline_watch_s`)."""
     events = []
-    jobs, r = _run([_elastic("hopeless", 0, 4, 3000, 600)], policy, events)
+    jobs, r = _run([_elastic("hopeless", 0, 4, 3000, 600)], policy, events, deadline_watch_s=30)
     flagged = [t for t, e in events
                if e["event"] == "deadline" and e["job"]["deadline_status"] == "will_miss"]
     assert flagged and flagged[0] <= 300, [(t, e["job"].get("deadline_status")) for t, e in events]
     assert jobs["hopeless"].state.value == "succeeded" and jobs["hopeless"].restarts == 0
     assert len([t for t, e in events if e["event"] == "deadline"]) <= 3  # each change once
+    events.clear()
+    _run([_elastic("hopeless", 0, 4, 3000, 600)], policy, events)  # the simulator's default
+    assert "will_miss" not in [e["job"]["deadline_status"] for _, e in events if e["event"] == "deadline"]
 
 
 def test_a_rigid_job_found_to_miss_gives_way_at_the_next_tick_not_at_the_next_event(tmp_path):

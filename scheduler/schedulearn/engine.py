@@ -128,6 +128,10 @@ class Engine:
         self.history = History()  # finished jobs: what run-time predictions learn from
         self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
         self._watched = -math.inf  # when their statuses were last looked at
+        #: seconds between looks at them at ticks that run no round (`DEADLINE_WATCH_S`; None:
+        #: at rounds only — the simulator's default: no one to tell mid-run, and a look costs
+        #: an estimate per job, which tripled a `fifo` replay of a deadline workload)
+        self.deadline_watch_s: float | None = DEADLINE_WATCH_S
         self.rounds = 0
         self.closed = False
         self._dirty = True
@@ -423,9 +427,10 @@ class Engine:
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
         if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
-            if tick and now - self._watched >= DEADLINE_WATCH_S:  # no round: time alone moves
-                self._in_round = True  # a deadline's status (fifo, edf: rounds only at events);
-                try:  # its events are the scheduler's own, no reason for a round
+            every = self.deadline_watch_s
+            if tick and self._deadlined and every is not None and now - self._watched >= every:
+                self._in_round = True  # no round: time alone moves a deadline's status (fifo,
+                try:  # edf: rounds only at events); its events are the scheduler's own, no round
                     self._watch_deadlines(now)
                 finally:
                     self._in_round = False

@@ -56,18 +56,22 @@ def simulate(
     estimates: str = "reported",
     in_place_penalty: float | dict[str, float] | None = None,
     progress: Callable[[int, float], object] | None = None,
+    deadline_watch_s: float | None = None,
 ) -> SimResult:
     """Replay `trace` on `nodes` under `policy`. `estimates`: what policies learn of a job —
     `reported` (what the simulated job reports, as live) or `oracle` (the job model's ground
     truth: an upper bound for comparison). `in_place_penalty`: seconds a resize in place pauses
     a job that asks for one (`resize: in-place`), one figure or one per launcher
     (`SimExecutor`); `restart_penalty` for every other resize, start and preemption.
-    `progress(jobs ended, simulated seconds)` is called as each job ends."""
+    `progress(jobs ended, simulated seconds)` is called as each job ends. `deadline_watch_s`:
+    the engine's look at deadline statuses between rounds (`Engine.deadline_watch_s`; off by
+    default here: the `deadline` events it sends are for users watching live)."""
     total = check_fits(trace, nodes)
     clock = VirtualClock([(tj.submit_time, tj.spec) for tj in trace], interval, tick, list(actions))
     executor = executor or SimExecutor(restart_penalty=restart_penalty, estimates=estimates,
                                        in_place_penalty=in_place_penalty)
     engine = Engine(nodes, policy, executor=executor, clock=clock.now)
+    engine.deadline_watch_s = deadline_watch_s
     history: list = []
     if record:  # allocation history for timelines (sim.plot); costs a job dict per event
         def listen(event: dict) -> None:

@@ -302,31 +302,6 @@ class EventsMixin:
     def write_error(self, status_code: int, **kwargs: Any) -> None:  # JSON, not an HTML page
         ApiMixin.write_error(self, status_code, **kwargs)  # type: ignore[arg-type]
 
-    async def send_stream(self, chunks: Any, content_type: str) -> None:
-        """Send `chunks` (an async iterator) as they come, at the client's pace (what is unsent
-        stays where it is). A failure once the answer has begun cuts it short — the connection
-        closed before its end, which the client reads as an error — never ends it well: a
-        result that changed on the way, or a remote answer cut short, must not read as whole
-        (tornado itself would end such an answer properly)."""
-        self.set_header("Content-Type", content_type)
-        begun = False
-        try:
-            async for chunk in chunks:
-                self.write(chunk)
-                await self.flush()
-                begun = True
-        except iostream.StreamClosedError:
-            return  # the client went away
-        except Exception as e:
-            if not begun:
-                raise  # nothing sent yet: answered as any error
-            log.warning("%s %s: %s; answer cut short", self.request.method, self.request.path, e)
-            self.request.connection.close()
-            return
-        finally:
-            await chunks.aclose()
-        self.finish_as(b"", content_type)
-
     def log_exception(self, typ, value, tb):  # type: ignore[override]
         # A refused socket (no token, not an upgrade) is one line, not a traceback.
         if not log_answered(self, value):

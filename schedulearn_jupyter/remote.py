@@ -57,6 +57,16 @@ def _end(fetch: asyncio.Future, queue: asyncio.Queue) -> None:
     fetch.add_done_callback(lambda _: asyncio.ensure_future(queue.put(None)))
 
 
+async def _stop(fetch: asyncio.Future, queue: asyncio.Queue) -> None:
+    """A streamed fetch ended early or late: cancelled, awaited, and its queue emptied (so that
+    the end's None finds room)."""
+    fetch.cancel()
+    with contextlib.suppress(BaseException):
+        await fetch
+    while not queue.empty():
+        queue.get_nowait()
+
+
 class RemoteManager:
     """A `schedulearn.service.Manager` that forwards to a standalone server."""
 
@@ -156,11 +166,7 @@ class RemoteManager:
             if resp.code != 200 or resp.error is not None:
                 raise ApiError(f"remote: the answer was cut short ({resp.error or resp.code})", 502)
         finally:
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
-            while not queue.empty():  # (so that the end's None finds room)
-                queue.get_nowait()
+            await _stop(fetch, queue)
 
     async def policies(self) -> list[dict[str, str]]:
         return await self._fetch("GET", "policies")
@@ -223,11 +229,7 @@ class RemoteManager:
                 if chunk is None:
                     break
         finally:
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
-            while not queue.empty():  # (so that the end's None finds room)
-                queue.get_nowait()
+            await _stop(fetch, queue)
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
         """The remote's result, passed on as it comes (`_download`)."""

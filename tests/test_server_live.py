@@ -81,8 +81,14 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     head = subprocess.run(f"{sys.executable} -m schedulearn.cli logs {big['id']} | head -n 2", shell=True,
                           env=env, capture_output=True, text=True, timeout=60)
     assert head.returncode == 0 and len(head.stdout.splitlines()) == 2 and head.stderr == "", head.stderr
+    waited = subprocess.run(
+        f"{sys.executable} -m schedulearn.cli submit --wait -- {sys.executable} -c "
+        "'import time\nfor i in range(50): print(i, flush=True); time.sleep(0.02)' | head -n 2",
+        shell=True, env=env, capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 0 and waited.stdout.startswith("submitted job "), waited
+    assert "Traceback" not in waited.stderr and "BrokenPipe" not in waited.stderr, waited.stderr
     listed = json.loads(cli(env, "ls", "--json").stdout)["jobs"]
-    assert [j["id"] for j in listed] == [job["id"], big["id"]]
+    assert [j["id"] for j in listed][:2] == [job["id"], big["id"]] and len(listed) == 3
     table = cli(env, "ls").stdout.splitlines()
     assert table[0].split()[:4] == ["ID", "NAME", "USER", "STATE"] and "succeeded" in table[1]
     assert "PROGRESS" in table[0].split() and "done" in table[1].split()

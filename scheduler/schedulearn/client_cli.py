@@ -167,6 +167,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 0 if job["state"] == "succeeded" else 1
     except ClientError as e:
         return _fail(str(e))
+    except BrokenPipeError:  # `schedulearn submit --wait ... | head`
+        return _reader_gone()
+    return 0
+
+
+def _reader_gone() -> int:
+    """Standard output's reader stopped reading (`| head`): it has what it wanted. No error,
+    and none at exit either (Python's last flush would raise again)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
@@ -231,9 +240,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `schedulearn logs 7 | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no error at exit)
-        return 0
+    except BrokenPipeError:  # `schedulearn logs 7 | head`
+        return _reader_gone()
     return 0
 
 

@@ -46,27 +46,6 @@ class RemoteSubscription:
             self.conn.close()
 
 
-def _chunks() -> asyncio.Queue:
-    """Where a streamed answer's chunks wait to be passed on: a few at most, the remote read at
-    the pace of whoever reads them (`streaming_callback=queue.put`: tornado waits on it)."""
-    return asyncio.Queue(maxsize=8)
-
-
-def _end(fetch: asyncio.Future, queue: asyncio.Queue) -> None:
-    """None after the last chunk, once the fetch is over (however it ended)."""
-    fetch.add_done_callback(lambda _: asyncio.ensure_future(queue.put(None)))
-
-
-async def _stop(fetch: asyncio.Future, queue: asyncio.Queue) -> None:
-    """A streamed fetch ended early or late: cancelled, awaited, and its queue emptied (so that
-    the end's None finds room)."""
-    fetch.cancel()
-    with contextlib.suppress(BaseException):
-        await fetch
-    while not queue.empty():
-        queue.get_nowait()
-
-
 class RemoteManager:
     """A `schedulearn.service.Manager` that forwards to a standalone server."""
 
@@ -78,7 +57,7 @@ class RemoteManager:
         self.token = token
         self.timeout = timeout
         self.http = httpclient.AsyncHTTPClient()
-        # streams (a followed log, a result) pass through, never held: no 100 MB cap on them
+        # streams (`_download`: a followed log, a result) pass through, never held: no 100 MB cap
         self.streams = httpclient.AsyncHTTPClient(force_instance=True, max_body_size=1 << 62)
 
     def start(self, loop: Any = None) -> None:
@@ -104,8 +83,7 @@ class RemoteManager:
             body=json.dumps(body) if body is not None else (b"" if method in ("POST", "PUT") else None),
             request_timeout=kw.pop("request_timeout", self.timeout), allow_nonstandard_methods=True, **kw)
         try:
-            client = self.streams if kw.get("streaming_callback") else self.http
-            resp = await client.fetch(req, raise_error=False)
+            resp = await self.http.fetch(req, raise_error=False)
         except OSError as e:
             raise ApiError(f"remote: cannot reach {self.api} ({e})", 502) from None
         if resp.code == 599 or resp.code >= 400:
@@ -125,21 +103,25 @@ class RemoteManager:
             message = f"remote: HTTP {code}"
         return ApiError(message, code if code < 500 or code == 503 else 502)
 
-    async def _download(self, path: str) -> AsyncIterator[bytes]:
+    async def _download(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
         """A large answer passed on as it comes, never held whole here: the remote's error (a
         4xx) is raised before anything is handed on, and an answer cut short upstream (a result
         that changed while it was sent) is raised at its end, so that ours is cut short too."""
-        queue = _chunks()
+        # a few chunks at most wait here: `streaming_callback=queue.put`, which tornado waits on,
+        # reads the remote at the pace of whoever reads them
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
         status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def header(line: str) -> None:
             if line.startswith("HTTP/") and not status.done():
                 status.set_result(int(line.split()[1]))
 
-        req = httpclient.HTTPRequest(self._url(path), headers=self._headers(), request_timeout=24 * 3600,
-                                     header_callback=header, streaming_callback=queue.put)
+        req = httpclient.HTTPRequest(self._url(path, params), headers=self._headers(),
+                                     request_timeout=24 * 3600, header_callback=header,
+                                     streaming_callback=queue.put)
         fetch = asyncio.ensure_future(self.streams.fetch(req, raise_error=False))
-        _end(fetch, queue)
+        # None after the last chunk, once the fetch is over (however it ended)
+        fetch.add_done_callback(lambda _: asyncio.ensure_future(queue.put(None)))
         first = await queue.get()
         code = status.result() if status.done() else 599
         if code != 200:
@@ -165,8 +147,12 @@ class RemoteManager:
                 raise ApiError(f"remote: the answer was cut short ({e})", 502) from None
             if resp.code != 200 or resp.error is not None:
                 raise ApiError(f"remote: the answer was cut short ({resp.error or resp.code})", 502)
-        finally:
-            await _stop(fetch, queue)
+        finally:  # ended early or late: the fetch stopped, its queue emptied (room for the None)
+            fetch.cancel()
+            with contextlib.suppress(BaseException):
+                await fetch
+            while not queue.empty():
+                queue.get_nowait()
 
     async def policies(self) -> list[dict[str, str]]:
         return await self._fetch("GET", "policies")
@@ -214,22 +200,16 @@ class RemoteManager:
         return self._follow(job_id, tail)
 
     async def _follow(self, job_id: Any, tail: Any) -> AsyncIterator[str]:
-        queue = _chunks()
-        fetch = asyncio.ensure_future(self._fetch(
-            "GET", f"jobs/{job_id}/logs", params={"tail": tail, "follow": 1}, raw=True,
-            streaming_callback=queue.put, request_timeout=24 * 3600))
-        _end(fetch, queue)
+        chunks = await self._download(f"jobs/{job_id}/logs", {"tail": tail, "follow": 1})
         decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
         try:
-            while True:
-                chunk = await queue.get()
-                text = decoder.decode(chunk or b"", final=chunk is None)
-                if text:
+            async for chunk in chunks:
+                if text := decoder.decode(chunk):
                     yield text
-                if chunk is None:
-                    break
+            if text := decoder.decode(b"", final=True):
+                yield text
         finally:
-            await _stop(fetch, queue)
+            await chunks.aclose()
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
         """The remote's result, passed on as it comes (`_download`)."""

@@ -175,8 +175,7 @@ class Client:
         return self.request("DELETE", f"jobs/{int(job_id)}")
 
     def logs(self, job_id: int, tail: int | None = None) -> str:
-        raw = self.request("GET", f"jobs/{int(job_id)}/logs", params={"tail": tail})
-        return raw.decode("utf-8", "replace")
+        return b"".join(self.log_bytes(job_id, tail)).decode("utf-8", "replace")
 
     def log_bytes(self, job_id: int, tail: int | None = None) -> Iterator[bytes]:
         """The log (or its last `tail` lines) as the server sends it, a piece at a time: the

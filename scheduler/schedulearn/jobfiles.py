@@ -11,7 +11,7 @@ own two: the result's name and its MAC's suffix, re-exported below).
 * `checkpoints/` — the job's own (`elastic.Checkpointer`), read by its next run.
 * `metrics.jsonl` — what the job reports (`elastic.report`), read by the goodput policy.
 * `result.pkl`, `result.pkl.hmac` — rank 0's result and its MAC (`run.write_result`), handed out
-  by the API only when the MAC is the job's (`results.read_result`).
+  by the API only when the MAC is the job's (`results.open_result`).
 * `exit_code` — written by the executor's `/bin/sh` wrapper, read after a server restart.
 * `pid` — the local executor's record of the running run, read after a server restart.
 * `.schedulearn-run.py` — the Docker executor's copy of the job runner (`run.py`).

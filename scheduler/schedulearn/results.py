@@ -9,7 +9,7 @@ job's directory by anyone else (another user's job, a stale run) must never reac
   `$SCHEDULEARN_RESULT_KEY` — only that job's processes have it.
 * The job runner (`schedulearn.run.write_result`, what the magics' cell runner calls) writes
   `result.pkl` and `result.pkl.hmac` = `HMAC-SHA256(key, bytes of result.pkl)`.
-* `read_result` (behind `GET jobs/{id}/result`) recomputes the job's key and returns the bytes
+* `open_result` (behind `GET jobs/{id}/result`) recomputes the job's key and hands the bytes out
   only when the MAC matches: `ForgedResult` otherwise (the API's 409).
 
 Keys are per job, not per run: every run (restart, resize) of a job may write its result.

@@ -11,7 +11,7 @@ where the executor can do it (`resizes_in_place`) gets `resize_in_place` instead
 are added or removed while the others keep running, and its run goes on.
 
 Besides the engine's calls, an executor answers what the API reads of a job's runs: its
-directory (`job_dir`), its log (`logs`, `afollow`), its result (`read_result`), and the nodes
+directory (`job_dir`), its log (`logs`, `afollow`), its result (`open_result`), and the nodes
 it can run jobs on (`nodes`, from its `inventory`). The defaults here are those of an executor
 whose runs leave nothing behind (the simulator): no directory, an empty log, no result.
 
@@ -170,15 +170,10 @@ class Executor:
         for line in ():
             yield line
 
-    def read_result(self, job_id: int) -> bytes:
-        """The job's result, written and signed by its own run (`results.NoResult`,
-        `results.ForgedResult`)."""
-        with self.open_result(job_id) as signed:
-            return b"".join(signed.blocks())
-
     def open_result(self, job_id: int) -> SignedResult:
-        """The job's result, open, its signature checked (`results.open_result`): what `GET
-        result` hands out a block at a time."""
+        """The job's result, written and signed by its own run, open, its signature checked
+        (`results.open_result`; `results.NoResult`, `results.ForgedResult`): what `GET result`
+        hands out a block at a time."""
         from ..results import NoResult
 
         raise NoResult(f"result: job {job_id} has no result")

@@ -238,9 +238,9 @@ class _SchedulearnApp(ExtensionApp):
                 manager = Unavailable(f"{e} (then restart this server)")
             else:
                 self.log.info(
-                    "schedulearn: %s executor, %d GPUs on %d nodes, policy %s, store %s",
+                    "schedulearn: %s executor, %d GPUs on %d nodes, %s, store %s",
                     settings.executor, service.engine.total_gpus, len(service.nodes),
-                    service.engine.policy.name, service.store.url if service.store is not None else "memory",
+                    service.policy_note(), service.store.url if service.store is not None else "memory",
                 )
                 manager = service
         self.manager = manager

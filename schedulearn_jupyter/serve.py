@@ -263,8 +263,8 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, store %s",
-             manager.engine.total_gpus, host, port, base_url, settings.executor,
+    log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, %s, store %s",
+             manager.engine.total_gpus, host, port, base_url, settings.executor, manager.policy_note(),
              manager.store.url if manager.store is not None else "memory")
     if settings.switches_users:
         unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})

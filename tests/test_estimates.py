@@ -205,6 +205,22 @@ def test_work_left_without_progress_comes_from_history_or_service():
     assert remaining_s1(job, est, 100.0, predicted=5000) == pytest.approx(4800)
 
 
+
+def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
+    """A job that reports no progress is given the predicted work of similar jobs less its
+    service; once it has run longer than they took there is no time left to tell (it showed
+    `~0s left?` for the rest of its run)."""
+    class Similar(History):
+        def predict(self, job):
+            return 300.0
+
+    job = _job(gpus=1)
+    job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+    early = summary(job, 100.0, Similar())
+    assert early["eta_basis"] == "history" and early["eta_s"] == pytest.approx(200.0)
+    assert "eta_s" not in summary(job, 300.0, Similar())
+    assert "eta_s" not in summary(job, 1000.0, Similar())
+
 # -- reports, live -----------------------------------------------------------------------------------
 def test_reports_from_metrics_jsonl_fold_incrementally(tmp_path):
     path = tmp_path / "metrics.jsonl"

@@ -64,6 +64,27 @@ def test_the_restart_cost_setting_prices_restarts_for_the_policies_and_the_statu
     asyncio.run(main())
 
 
+
+def test_a_policy_switched_at_run_time_outlives_a_restart_and_the_log_says_so(tmp_path):
+    """The configured policy applies to a new store; a switch at run time is kept and wins at the
+    next start, and the start-up line says which is in force and why (a server restarted with
+    `--policy qoe` that schedules by `las` is otherwise a puzzle)."""
+    async def main():
+        m = sim_manager(tmp_path, default_policy="qoe")
+        assert m.policy_note() == "policy qoe"
+        await m.set_policy("las")
+        await m.stop()
+        m = sim_manager(tmp_path, default_policy="qoe")
+        assert m.engine.policy.name == "las"
+        assert m.policy_note() == ("policy las (switched at run time and kept in the store; "
+                                   "the configured qoe applies only to a new store)")
+        await m.stop()
+        m = sim_manager(tmp_path / "new", default_policy="qoe")
+        assert m.engine.policy.name == "qoe" and m.policy_note() == "policy qoe"
+        await m.stop()
+
+    asyncio.run(main())
+
 def test_submit_cancel_and_ownership(tmp_path):
     async def main():
         m = sim_manager(tmp_path)

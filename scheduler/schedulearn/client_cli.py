@@ -35,11 +35,12 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.add_argument("--name", help="job name")
     p.add_argument("--gpus", default=None, help="GPUs: an integer or 'auto' (default 1)")
-    p.add_argument("--min-gpus", type=int, default=None)
-    p.add_argument("--max-gpus", type=int, default=None)
+    p.add_argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
+    p.add_argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
     p.add_argument("--launcher", choices=LAUNCHERS, default=None)
     p.add_argument("--image", help="Docker image (docker executor)")
-    p.add_argument("--priority", type=int, default=None)
+    p.add_argument("--priority", type=int, default=None,
+                   help="job priority (higher first, for policies that use it; default 0)")
     p.add_argument("--workdir", help="working directory of the job")
     p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--deadline", metavar="WHEN",
@@ -61,14 +62,14 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("logs", help="print a job's log")
     _common(p, json_flag=False)
-    p.add_argument("job_id", type=int)
+    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.set_defaults(func=cmd_logs)
 
     p = subparsers.add_parser("cancel", help="cancel jobs")
     _common(p)
-    p.add_argument("job_ids", type=int, nargs="+")
+    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID", help="the jobs' ids (schedulearn ls)")
     p.set_defaults(func=cmd_cancel)
 
     p = subparsers.add_parser("policy", help="show or switch the scheduling policy")

@@ -298,6 +298,15 @@ class SchedulerService:
             event = {**event, **self._gpus()}
         self.hub.publish(event)
 
+    def policy_note(self) -> str:
+        """`policy qoe` for the start-up log; where a switch kept in the store overrides the
+        configured policy, it says so (the configured one applies only to a new store)."""
+        name = self.engine.policy.name
+        if name == self.settings.default_policy:
+            return f"policy {name}"
+        return (f"policy {name} (switched at run time and kept in the store; the configured "
+                f"{self.settings.default_policy} applies only to a new store)")
+
     # -- the API ------------------------------------------------------------------------------
     async def policies(self) -> list[dict[str, str]]:
         return policies.available()

@@ -314,7 +314,8 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
     runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
     `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
-    similar finished jobs, less its service); for a job with a deadline, its status
+    similar finished jobs, less its service; none once it has run longer than they took, rather
+    than a time left of 0 that never passes); for a job with a deadline, its status
     (`estimates.deadline.status`, on up to the `capacity` GPUs it may use, a restart priced at
     `restart_s`: the policy's price; `deadline.RESTART_S` if None). Empty when nothing is known."""
     from ..placement import placement_shape
@@ -338,9 +339,10 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
         since = now - last[0] if last is not None and now >= last[0] else 0.0
         out["eta_s"] = round(max(left - since, 0.0), 1)
         out["eta_basis"] = "progress"
-    elif history is not None and (predicted := history.predict(job)) is not None:
+    elif history is not None and (predicted := history.predict(job)) is not None \
+            and (work := predicted - job.attained(now)) > 0:  # past it: no honest guess is left
         g1 = est.goodput((1,))
         ratio = est.goodput(shape) / g1 if g1 > 0 else float(sum(shape))
-        out["eta_s"] = round(max(predicted - job.attained(now), 0.0) / max(ratio, 1e-9), 1)
+        out["eta_s"] = round(work / max(ratio, 1e-9), 1)
         out["eta_basis"] = "history"
     return out

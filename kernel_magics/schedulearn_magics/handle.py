@@ -101,12 +101,19 @@ class JobHandle:
     def logs(self, tail: int | None = None) -> str:
         return self.client.logs(self.id, tail=tail)
 
-    def new_logs(self) -> str:
+    def new_logs(self, behind: int | None = None) -> str:
         """What the job's log gained since the last call (all of it the first time, a few MiB
-        at most per call): a poll costs what is new, not the whole log again."""
+        at most per call): a poll costs what is new, not the whole log again. `behind`: only
+        the log's last that many bytes matter (`LogReader`; given at the first call)."""
         if self._log_reader is None:
-            self._log_reader = LogReader(self.client, self.id)
+            self._log_reader = LogReader(self.client, self.id, behind=behind)
         return self._log_reader.read()
+
+    @property
+    def log_skipped(self) -> bool:
+        """The last `new_logs` skipped ahead (`behind`): its text does not go on from the one
+        before, but starts a line of its own."""
+        return self._log_reader is not None and self._log_reader.skipped
 
     def cancel(self) -> dict[str, Any]:
         """Cancel the job (a job that already ended is left as it is)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections import deque
 from typing import Any
 
 from schedulearn.client import shown_gpus
@@ -59,17 +60,54 @@ def screen_lines(text: str) -> list[str]:
     """The log's lines as a terminal shows them: a carriage return starts drawing over its line
     from the first column (a progress bar redraws its line so, tqdm's way), and what a drawing
     does not reach of the one before stays, as on a terminal (the sidebar's `drawn` alike)."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [_drawn(line) for line in lines]
+    screen = Screen(rows=None)
+    screen.write(text)
+    return screen.lines()
 
 
-def _drawn(line: str) -> str:
-    out = ""
-    for part in line.split("\r"):
-        out = part + out[len(part):]
-    return out
+SKIPPED = "[…]"  # the row where a screen skipped ahead
+
+
+class Screen:
+    """The last `rows` lines of a log as a terminal shows them (`screen_lines`), fed the log in
+    pieces as it comes (`write`): a piece may end inside a line or a drawing of it, and the next
+    goes on where it stopped. Its memory is bounded: `rows` lines, and the line still open kept
+    to its last `width` characters (a line that grows for hours without a newline)."""
+
+    def __init__(self, rows: int | None = 40, width: int = 1 << 16):
+        self.rows: deque[str] = deque(maxlen=rows)
+        self.width = width
+        self.line = ""  # the line not yet ended, as drawn
+        self.col = 0  # where the next character lands on it
+
+    def write(self, text: str) -> None:
+        *ended, rest = text.split("\n")
+        for piece in ended:
+            self._draw(piece)
+            self.rows.append(self.line)
+            self.line, self.col = "", 0
+        self._draw(rest)
+
+    def skip(self) -> None:
+        """What comes next does not go on from what came before (a reader skipped ahead): the
+        line left open is dropped, and a row `[…]` says that lines were left out."""
+        self.line, self.col = "", 0
+        self.rows.append(SKIPPED)
+
+    def _draw(self, piece: str) -> None:
+        for i, part in enumerate(piece.split("\r")):
+            if i:
+                self.col = 0
+            if part:
+                self.line = self.line[:self.col] + part + self.line[self.col + len(part):]
+                self.col += len(part)
+        if len(self.line) > self.width:
+            cut = len(self.line) - self.width
+            self.line, self.col = self.line[cut:], max(self.col - cut, 0)
+
+    def lines(self) -> list[str]:
+        out = [*self.rows, self.line] if self.line else list(self.rows)
+        return out if self.rows.maxlen is None else out[-self.rows.maxlen:]
 
 
 def status_line(job: dict[str, Any], position: int | None = None, now: float | None = None) -> str:

@@ -2,7 +2,7 @@
 terminal, or `SCHEDULEARN_WIDGETS=0`), the polling loops that feed any view (the text one here,
 the widgets of `widgets.py`), and the queue as text.
 
-A view is anything with `update(job, position, logs)` and `streams_logs`; the job view is fed
+A view is anything with `update(job, position, logs)` and `log_behind`; the job view is fed
 from the cell that waits (or a background thread with `--no-wait`).
 """
 
@@ -38,9 +38,10 @@ def widgets_available(shell: Any) -> bool:
 class JobView(Protocol):
     """What the magic feeds as a job progresses (`TextJobView`, `widgets.JobWidget`)."""
 
-    #: True: `update` gets the text written since the last update (all of the log, in pieces,
-    #: read on from where the last poll stopped); False: the log's last lines each time
-    streams_logs: bool
+    #: `update` gets the text written since the last update, read on from where the last poll
+    #: stopped: all of the log, in pieces (None), or, for a view that shows only the log's end,
+    #: skipping ahead to its last `log_behind` bytes where it is further behind
+    log_behind: int | None
 
     def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None: ...
 
@@ -49,7 +50,7 @@ class TextJobView:
     """Plain text: a line when the state (or queue position) changes, and the log as it comes
     (carriage returns kept: a progress bar redraws its line)."""
 
-    streams_logs = True
+    log_behind = None
 
     def __init__(self, out: Any = None):
         self.out = out or sys.stdout
@@ -89,7 +90,7 @@ def poll_job(handle: JobHandle, view: JobView) -> dict[str, Any]:
     logs = None
     if job.get("start_time") is not None or job["state"] != "queued":
         try:
-            logs = handle.new_logs() if view.streams_logs else handle.logs(tail=LOG_TAIL_LINES)
+            logs = handle.new_logs(view.log_behind)
         except Exception:
             logs = None
     view.update(job, position, logs)

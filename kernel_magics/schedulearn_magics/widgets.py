@@ -42,6 +42,7 @@ class JobWidget(w.VBox):
 
     def __init__(self, handle: JobHandle, **kw: Any):
         self.handle = handle
+        self._screen = views.Screen(rows=LOG_TAIL_LINES)  # the log's last lines, as drawn
         self.header = w.HTML()
         # The log box is the widget's own element, kept across updates: a column-reverse
         # flex box starts (and stays) scrolled to its end as lines arrive, and keeps the
@@ -94,8 +95,11 @@ class JobWidget(w.VBox):
             f"{views.progress_bar_html(job) if self.state not in FINAL_STATES else ''}"
             f"<span>{html.escape(detail)}</span>"
         )
-        if logs is not None:
-            self.log_tail = "\n".join(views.screen_lines(logs)[-LOG_TAIL_LINES:])
+        if logs:  # (nothing new: nothing sent to the frontend)
+            if self.handle.log_skipped:  # the line left open is not the one these go on with
+                self._screen.skip()
+            self._screen.write(logs)
+            self.log_tail = "\n".join(self._screen.lines())
             self.logview.value = (
                 # (the content's own height: ipywidgets fixes an HTML widget's to one line)
                 "<style>.schedulearn-log > .widget-html-content{height:auto;line-height:normal;"
@@ -106,7 +110,9 @@ class JobWidget(w.VBox):
             self.cancel_button.disabled = True
             self.cancel_button.layout.display = "none"
 
-    streams_logs = False
+    #: the log's end read back at first (and when a job writes faster than the widget polls):
+    #: enough for its last lines, never the whole log of a long run
+    log_behind = 1 << 18
 
 
 # --- the queue --------------------------------------------------------------------------------

@@ -219,21 +219,55 @@ class Client:
 class LogReader:
     """A job's log, read on from where the last read stopped: each `read` returns what was
     written since (whole characters), a few pages at most, so that a poll costs what is new,
-    not the whole log again."""
+    not the whole log again. With `behind`, a reader that shows only the log's end (the job
+    widget's last lines) skips ahead to the last `behind` bytes whenever it is further behind
+    (at its first read of a long log, or a job writing faster than it polls); the line the skip
+    lands in is dropped, unless it is all there is, and a progress bar's is kept from its last
+    whole drawing."""
 
-    def __init__(self, client: Client, job_id: int, pages: int = 4):
-        self.client, self.job_id, self.pages = client, int(job_id), pages
+    def __init__(self, client: Client, job_id: int, pages: int = 4, behind: int | None = None):
+        self.client, self.job_id, self.pages, self.behind = client, int(job_id), pages, behind
         self.offset = 0
+        self.skipped = False  # the last read skipped ahead: what it returns starts a new line
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._first = True
 
     def read(self) -> str:
-        out = []
+        out: list[str] = []
+        self.skipped = False
+        if self._first and self.behind is not None:  # where the log ends, before reading any
+            self._skip(self.client.log_page(self.job_id, 1 << 62)[2])
+        self._first = False
         for _ in range(self.pages):
-            data, self.offset, size = self.client.log_page(self.job_id, self.offset)
+            data, after, size = self.client.log_page(self.job_id, self.offset)
+            if self._skip(size):
+                out = []  # (what came before the skip is left behind too)
+                data, after, size = self.client.log_page(self.job_id, self.offset)
+            if self.skipped and not out:
+                data = _from_a_line(data)
+            self.offset = after
             out.append(self._decoder.decode(data))
             if not data or self.offset >= size:
                 break
         return "".join(out)
+
+    def _skip(self, size: int) -> bool:
+        """Skip ahead to the last `behind` bytes if further behind; whether it did."""
+        if self.behind is None or size - self.offset <= self.behind:
+            return False
+        self.offset, self.skipped = size - self.behind, True
+        self._decoder.reset()
+        return True
+
+
+def _from_a_line(data: bytes) -> bytes:
+    """A page read from a place a skip landed on: without the piece of the line it landed in,
+    unless that is all there is, and from its last whole drawing if a progress bar's."""
+    data = data.lstrip(bytes(range(0x80, 0xC0)))  # no half character first
+    end = data.find(b"\n") % (len(data) + 1)
+    if (redrawn := data.rfind(b"\r", 0, end)) >= 0:
+        return data[redrawn:]
+    return data[end + 1:] if end < len(data) - 1 else data
 
 
 def shown_gpus(job: dict[str, Any]) -> str:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from schedulearn.client import Client
+from schedulearn.client import Client, LogReader
 from schedulearn_magics.handle import JobCancelled, JobHandle
+from schedulearn_magics.views import screen_lines
 from schedulearn_magics.watch import follow_in_background
 from schedulearn_magics.widgets import JobWidget, QueueWidget
 
@@ -257,3 +258,80 @@ def test_screen_lines_draw_over_a_line_as_a_terminal_does() -> None:
     assert screen_lines("100%\r 50%\r") == [" 50%"]  # what a drawing does not reach stays
     assert screen_lines("training 12/100\rtrai") == ["training 12/100"]  # a drawing read in part
     assert screen_lines("a\r\nb") == ["a", "b"] and screen_lines("") == []
+
+
+def test_the_screen_fed_in_pieces_shows_what_it_shows_fed_whole() -> None:
+    """The widget is fed the log as it comes: a piece may end inside a line or a drawing of it.
+    Wherever the log is cut, what it shows is what the whole log shows; it keeps its last rows,
+    and an open line that grows for hours is kept to its last `width` characters."""
+    from schedulearn_magics.views import Screen, screen_lines
+
+    log = "setup\nepoch 1\repoch 2\repoch 10\nsaved\n100%\r 50%\rtr\r\nnext é\rdone"
+    for i in range(len(log) + 1):
+        for j in range(i, len(log) + 1):
+            screen = Screen(rows=None)
+            for piece in (log[:i], log[i:j], log[j:]):
+                screen.write(piece)
+            assert screen.lines() == screen_lines(log), (i, j)
+    screen = Screen(rows=2, width=10)
+    screen.write("a\nb\nc\n" + "x" * 25)
+    assert screen.lines() == ["c", "x" * 10]
+    screen.write("\rab")
+    assert screen.lines() == ["c", "ab" + "x" * 8]
+
+
+def test_a_widget_reads_only_the_end_of_a_long_log(shell: InteractiveShell, client: Client,
+                                                  tmp_path: Path) -> None:
+    """A widget shows a job's last lines: come late to a long log, it reads back the log's last
+    `log_behind` bytes, not the whole log, then only what is new. Before, it asked for the last
+    40 lines at every poll: under a progress bar's endless line, the whole line each time (the
+    server read up to 4 MiB for it). The line a skip lands in is dropped, but a progress bar's
+    is kept from its last whole drawing."""
+    gate, ready = tmp_path / "open", tmp_path / "ready"
+    bar = "training 20000/20000 " + "z" * 40
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name long-log\nimport os, sys, time\n"
+        "for i in range(70_000):\n    print(f'line {i:06d} ' + 'y' * 50)\n"
+        "for i in range(20_000):\n    sys.stdout.write(f'\\rtraining {i + 1}/20000 ' + 'z' * 40)\n"
+        f"sys.stdout.flush()\nopen({str(ready)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+        "sys.stdout.write('\\n'); print('saved')\n"
+    ).result
+    wait_for(ready.exists, timeout=120, what="the job to write its log and wait")  # a widget come late
+    fetched: list[int] = []
+    reader = handle.client  # (the magics' own client)
+    page, logs = reader.log_page, reader.logs
+
+    def counting_page(job_id: int, offset: int = 0):
+        data, after, total = page(job_id, offset)
+        fetched.append(len(data))
+        return data, after, total
+
+    def counting_logs(job_id: int, tail: int | None = None):
+        text = logs(job_id, tail)
+        fetched.append(len(text.encode()))
+        return text
+
+    widget = JobWidget(handle)
+    reader.log_page, reader.logs = counting_page, counting_logs  # type: ignore[method-assign]
+    try:
+        follow_in_background(handle, widget, poll=0.1)
+        wait_for(lambda: bar in widget.log_tail, timeout=120, what="the bar's last drawing")
+        time.sleep(1.5)  # a dozen polls while the bar stands still
+        gate.touch()
+        wait_for(lambda: "saved" in widget.log_tail, what="the last line")
+    finally:
+        del reader.log_page, reader.logs
+    # its last 256 KiB (`log_behind`), then only what is new (old: 17 MB in 14 reads)
+    assert 250_000 < sum(fetched) < 400_000, f"{sum(fetched):,} bytes in {len(fetched)} reads"
+    lines = [ln for ln in widget.log_tail.splitlines() if not ln.startswith("=== schedulearn")]
+    assert lines[-2:] == [bar, "saved"] and lines[0] == "[…]"  # (the skip lands in the bar's line)
+    size = sum(len(chunk) for chunk in client.log_bytes(handle.id))
+    assert size > 5_000_000
+
+    end = LogReader(client, handle.id, behind=100_000).read()  # lands in the bar's line
+    assert end.split("\n")[:2] == ["\r" + bar, "saved"]  # its last drawing
+    end = LogReader(client, handle.id, behind=1_500_000).read()  # lands before it
+    first, *_ = end.split("\n")
+    assert first.startswith("line 0") and first.endswith(" " + "y" * 50) and len(first) == 62
+    assert screen_lines(end)[-3:-1] == [bar, "saved"]

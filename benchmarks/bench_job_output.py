@@ -14,6 +14,11 @@ this checkout or from `--root` (another checkout, to compare two versions side b
 3. *A large result*: a job's signed `result.pkl` of `--mb` MiB (a model returned by a cell) read
    back with `GET jobs/{id}/result`: the server's memory peak above what it held before, the
    time, and whether the bytes came back whole.
+4. *A widget under a progress bar*: a job prints 100 lines, then redraws a 100-character bar
+   every 2 ms for `--seconds` s (tqdm's way: carriage returns, one endless line); two job
+   widgets' pollers ask every second, the old one for the last 40 lines (`?tail=40`), the new
+   one for what is new (`client.LogReader` as `JobWidget.log_behind` sets it): bytes received
+   by each, and whether both end showing the same lines.
 
     python benchmarks/bench_job_output.py [--mb 512] [--seconds 20] [--root ../other-checkout]
 """
@@ -190,6 +195,48 @@ def polling(server: Server, seconds: float) -> dict:
             "paged_equal": (paged == last_whole) if pages_ok else None}
 
 
+def widget(server: Server, seconds: float) -> dict:
+    sys.path.insert(0, str(ROOT / "kernel_magics"))
+    from schedulearn.client import Client, LogReader
+    from schedulearn_magics.views import Screen
+
+    client = Client(server.api.removesuffix("schedulearn/api/"), TOKEN)
+    bar = "x" * 80
+    job = server.submit(f"import sys, time\nprint('\\n'.join(f'setup {{i}}' for i in range(100)))\n"
+                        f"for i in range({int(seconds * 500)}):\n"
+                        f"    sys.stdout.write(f'\\rtraining {{i:09d}} {bar}'); sys.stdout.flush()\n"
+                        "    time.sleep(0.002)\nprint()\nprint('saved')")
+    reader, screen = LogReader(client, job, behind=1 << 18), Screen(rows=40)
+    tail_bytes = new_bytes = 0
+    page = client.log_page
+
+    def counted(job_id: int, offset: int = 0) -> tuple[bytes, int, int]:
+        nonlocal new_bytes
+        data, after, size = page(job_id, offset)
+        new_bytes += len(data)
+        return data, after, size
+
+    client.log_page = counted  # type: ignore[method-assign]
+    tail_text = ""
+    while True:
+        done = server.state(job) in ("succeeded", "failed", "cancelled")
+        with server.open(f"jobs/{job}/logs?tail=40") as r:
+            raw = r.read()
+        tail_bytes += len(raw)
+        tail_text = raw.decode("utf-8", "replace")
+        text = reader.read()
+        if reader.skipped:
+            screen.skip()
+        screen.write(text)
+        if done:
+            break
+        time.sleep(1.0)
+    old = Screen(rows=40)
+    old.write(tail_text)
+    return {"log_mib": reader.offset / 2**20, "tail_mib": tail_bytes / 2**20, "new_mib": new_bytes / 2**20,
+            "same": old.lines()[-3:] == screen.lines()[-3:]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=512, help="MiB the first job writes (default 512)")
@@ -212,6 +259,10 @@ def main() -> None:
             r = large_result(server, Path(tmp), args.mb)
             print(f"result: {r['mib']:.0f} MiB read in {r['seconds']:.1f} s (whole: {r['whole']}); "
                   f"server RSS {r['rss_before_mib']:.0f} MiB before, peak +{r['rss_peak_above_mib']:.0f} MiB")
+            g = widget(server, args.seconds)
+            print(f"a widget under a progress bar for {args.seconds:.0f} s (a {g['log_mib']:.1f} MiB log), "
+                  f"polling every second: the last 40 lines each time {g['tail_mib']:.1f} MiB, "
+                  f"what is new {g['new_mib']:.2f} MiB (the same lines shown: {g['same']})")
         finally:
             server.stop()
 

@@ -403,6 +403,63 @@ def test_restarted_server_reattaches_by_labels_and_reports_the_real_exit(dockerd
     asyncio.run(main())
 
 
+BAR = """\
+import os, sys, time
+print("setup", flush=True)
+for i in range(200):
+    sys.stdout.write(f"\\repoch 1: {i + 1}/200")
+print(flush=True)
+for i in range(3000):
+    sys.stdout.write(f"\\rtraining {i + 1}/3000")
+sys.stdout.flush()
+while not os.path.exists("release"):
+    time.sleep(0.05)
+sys.stdout.write("\\n")
+for i in range(5):
+    print(f"after {i}")
+sys.stdout.write("no newline at the end")
+"""
+
+
+def test_a_progress_bar_reaches_the_log_as_drawn_and_a_reattached_job_loses_no_line(dockerd, tmp_path):
+    """A progress bar's drawings (carriage returns, no newline yet) reach the log as they come,
+    as a local job's do; they were held until the line ended. Re-attached after a restart, the
+    job's next lines are all there, once: the lines already written are counted at newlines
+    only, as the daemon sends them again (the count cut at every carriage return too, and as
+    many later lines as the bar had drawings were left out). The job's last words, though they
+    end no line, are kept (the daemon's follow stream may end without them), and markers start
+    lines of their own."""
+    root = tmp_path / "jobs"
+
+    async def main():
+        ex = executor([dockerd], root)
+        async with live(ex, keep_jobs=True) as eng:
+            job = eng.submit({"script": BAR})
+            # (a line not yet ended comes from the daemon in pieces of 16 KiB: the json-file driver's)
+            await wait_for(in_log(ex, job.id, "\rtraining 2000/3000"), 30, "the bar's drawings")
+            saved = dataclasses.replace(job, alloc=dict(job.alloc))
+        ex.close()
+        ex2 = executor([dockerd], root)
+        async with live(ex2, store=MemoryStore([saved])) as eng2:
+            job2 = eng2.get(saved.id)
+            assert job2.state is JobState.running
+            (ex2.job_dir(job2.id) / "release").touch()
+            await wait_for(final(eng2, job2.id), 30, "the re-attached job to end")
+            assert job2.state is JobState.succeeded, job2.reason
+            lines = ex2.logs(job2.id).split("\n")
+            assert [ln for ln in lines if ln.startswith("after")] == [f"after {i}" for i in range(5)]
+            assert lines.count("setup") == 1
+            assert sum(ln.endswith("epoch 1: 200/200") for ln in lines) == 1
+            marks = [ln for ln in lines if joblogs.MARKER in ln]
+            assert all(ln.startswith(joblogs.MARKER) for ln in marks), marks
+            assert lines[-3:] == ["no newline at the end", lines[-2], ""]
+            assert lines[-2].startswith(joblogs.MARKER + " exit of run #0: code 0")
+            assert ex2.logs(job2.id).endswith("training 3000/3000\nafter 0\nafter 1\nafter 2\nafter 3\n"
+                                              "after 4\nno newline at the end\n" + lines[-2] + "\n")
+
+    asyncio.run(main())
+
+
 RESIZABLE = """\
 import os, signal, sys, time
 r, cvd = os.environ["SCHEDULEARN_RESTART_COUNT"], os.environ["CUDA_VISIBLE_DEVICES"]

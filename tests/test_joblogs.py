@@ -110,3 +110,37 @@ def test_utf8_boundary(data: bytes, cut: int) -> None:
     assert joblogs.utf8_boundary(data) == cut
     if data and data[0] < 0x80:
         data[:cut].decode()  # whole characters
+
+
+def test_a_marker_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """Output that left its line open (`print(..., end="")`, a progress bar) does not swallow
+    the scheduler's marker: a reader that looks for lines starting with it finds it."""
+    log = tmp_path / "log.txt"
+    joblogs.append_line(log, "=== schedulearn: start #0 ===\n")  # an empty log: nothing before
+    with log.open("ab") as f:
+        f.write(b"done\n")
+    joblogs.append_line(log, "=== schedulearn: resized ===\n")
+    with log.open("ab") as f:
+        f.write(b"epoch 1\repoch 2")
+    joblogs.append_line(log, "=== schedulearn: exit of run #0: code 0 ===\n")
+    assert log.read_bytes().decode().split("\n") == [
+        "=== schedulearn: start #0 ===", "done", "=== schedulearn: resized ===", "epoch 1\repoch 2",
+        "=== schedulearn: exit of run #0: code 0 ===", ""]
+
+
+def test_lines_since_start_counts_newlines_of_the_last_run_only(tmp_path: Path) -> None:
+    """What a run re-attached after a restart already wrote, counted as the Docker daemon counts
+    the lines it sends again: at newlines only. (`str.splitlines` also cut at each of a progress
+    bar's carriage returns, so a re-attached job's next lines, as many as the bar's drawings,
+    were left out of its log.)"""
+    log = tmp_path / "log.txt"
+    assert joblogs.lines_since_start(log) == 0  # no log yet
+    bar = "".join(f"\rtraining {i}/500" for i in range(500))
+    log.write_text("=== schedulearn: start #0 of job 1 ===\nold\nold\n"
+                   "=== schedulearn: exit of run #0: code 0 ===\n"
+                   "=== schedulearn: start #1 of job 1 ===\n"
+                   f"[h0] a\n[h1] b\n[h0] {bar}\n[h0] {'x' * 200_000}\n"
+                   "=== schedulearn: resized ===\n[h1] c\f\v\x1c\x85\n[h0] open", newline="")
+    assert joblogs.lines_since_start(log, "[h0] ") == 3  # its open line is not counted
+    assert joblogs.lines_since_start(log, "[h1] ") == 2
+    assert joblogs.lines_since_start(log) == 5  # one host: every line but the markers

@@ -59,6 +59,36 @@ def tail(path: Path | str, lines: int | None = None) -> str:
     return "".join(kept[-lines:])
 
 
+def append_line(path: Path | str, text: str) -> None:
+    """Append `text` (a marker line) to the log at `path` on a line of its own: a newline first
+    where the job's output left its last line open (`print(..., end="")`, a progress bar)."""
+    with open(path, "ab+", opener=nofollow.opener) as f:
+        if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+            text = "\n" + text
+        f.write(text.encode())
+
+
+def lines_since_start(path: Path | str, prefix: str = "") -> int:
+    """How many lines (ended by a newline; a progress bar's carriage returns end none) the log
+    holds since its last start marker, counting only those that begin with `prefix` and are not
+    markers: what a run re-attached after a restart already wrote. Read a piece at a time."""
+    count, at_start, counts = 0, True, False
+    mark, start, pre = MARKER.encode(), b" start #", prefix.encode()
+    try:
+        f = open(path, "rb", opener=nofollow.opener)
+    except (FileNotFoundError, nofollow.NotAFile):
+        return 0
+    with f:
+        while piece := f.readline(_TAIL_BLOCK):
+            if at_start:
+                if piece.startswith(mark) and start in piece:
+                    count = 0
+                counts = piece.startswith(pre) and not piece.startswith(mark)
+            at_start = piece.endswith(b"\n")
+            count += at_start and counts
+    return count
+
+
 def page(path: Path | str, offset: int, size: int = PAGE) -> tuple[bytes, int, int]:
     """`size` bytes of the file from `offset` (fewer at its end), the offset after them, and the
     file's size now: what a reader that keeps its place asks for (a page may end inside a

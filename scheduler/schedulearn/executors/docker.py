@@ -35,6 +35,7 @@ its daemon answers.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
@@ -729,12 +730,12 @@ class DockerExecutor(RunExecutor):
         try:
             stream = self._client(w.host, stream=True).api.logs(w.cid, stdout=True, stderr=True, stream=True,
                                                                  follow=True)
-            buf = b""
+            buf, open_line, chunk = b"", False, b""  # (open: a piece of the line is in the log)
             for chunk in stream:
                 if self._closed.is_set():
                     return
                 buf += chunk
-                if b"\n" not in chunk:
+                if b"\n" not in chunk and b"\r" not in chunk and len(buf) < joblogs.PAGE:
                     continue
                 *lines, buf = buf.split(b"\n")
                 out = []
@@ -743,12 +744,21 @@ class DockerExecutor(RunExecutor):
                     if skip:
                         skip -= 1
                     else:
-                        out.append(prefix + line + b"\n")
+                        out.append((b"" if open_line else prefix) + line + b"\n")
+                        open_line = False
+                if buf and not skip and (b"\r" in buf or len(buf) >= joblogs.PAGE):
+                    if prefix:  # hosts' lines interleave whole: a line too long keeps its end
+                        buf = buf[max(buf.rfind(b"\r"), len(buf) - joblogs.PAGE):]
+                    else:  # a progress bar's drawings, as they come (as a local job's log has them)
+                        out.append(buf)
+                        buf, open_line = b"", True
                 self._write(run, b"".join(out))
-            if buf and not self._closed.is_set():
+            if not self._closed.is_set():
+                buf += self._lost_end(w, chunk)
+            if (buf or open_line) and not self._closed.is_set():
                 w.lines.append(buf.decode("utf-8", "replace"))
                 if not skip:
-                    self._write(run, prefix + buf + b"\n")
+                    self._write(run, (b"" if open_line else prefix) + buf + b"\n")
             state = self._client(w.host).api.wait(w.cid, timeout=self.api_timeout)
             code = int(state.get("StatusCode", -1))
             try:
@@ -772,6 +782,16 @@ class DockerExecutor(RunExecutor):
             self._remove(w)
         w.code = code
         self._worker_ended(run, w)
+
+    def _lost_end(self, w: _Worker, last: bytes) -> bytes:
+        """What the container wrote last, if the daemon's follow stream (`last`: its last
+        piece) ended without it: it may, when that output did not end its line (seen with the
+        json-file driver: `printf x` as a container's last words). Asked again, without follow."""
+        try:
+            end = self._client(w.host).api.logs(w.cid, stdout=True, stderr=True, tail=1)
+        except Exception:  # noqa: BLE001 - gone: nothing more to learn
+            return b""
+        return end if end and not end.endswith(b"\n") and end != last else b""
 
     def _write(self, run: _Run, data: bytes) -> None:
         if not data:
@@ -819,7 +839,8 @@ class DockerExecutor(RunExecutor):
 
     def _append_log(self, run: Run, text: str) -> None:
         assert isinstance(run, _Run)
-        self._write(run, text.encode())
+        with run.log_lock, contextlib.suppress(OSError):  # (as `_write`: the log is best effort)
+            joblogs.append_line(self.log_path(run.job_id), text)
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run) and run.failed is not None
@@ -916,11 +937,11 @@ class DockerExecutor(RunExecutor):
                                    sidecar=c.get("Command", "").startswith("/usr/sbin/sshd")))
         workers.sort(key=lambda w: w.rank)
         multi = len(job.alloc) > 1
-        text = joblogs.tail(self.log_path(job.id))
-        for w in workers:
-            w.skip = _lines_written(text, f"[{w.host}] " if multi else "")
+        for w in workers:  # the daemon sends a container's output from its start again
+            w.skip = joblogs.lines_since_start(self.log_path(job.id), f"[{w.host}] " if multi else "")
+        joblogs.append_line(self.log_path(job.id),
+                            reattached_line(latest, ", ".join(f"{w.host}:{w.cid[:12]}" for w in workers)))
         logf = open(self.log_path(job.id), "ab", buffering=0, opener=nofollow.opener)
-        logf.write(reattached_line(latest, ", ".join(f"{w.host}:{w.cid[:12]}" for w in workers)).encode())
         return _Run(job_id=job.id, restarts=latest, workers=workers, logf=logf, multi=multi)
 
 
@@ -942,16 +963,6 @@ def _pin_rendezvous_host(argv: list[str], rank: int) -> list[str]:
     if "--rdzv-backend=c10d" not in argv:
         return argv
     return [f"{a},is_host={int(rank == 0)}" if a.startswith("--rdzv-conf=") else a for a in argv]
-
-
-def _lines_written(text: str, prefix: str) -> int:
-    """How many output lines of the current run (with `prefix`) the log file already holds."""
-    lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(joblogs.MARKER) and " start #" in lines[i]:
-            lines = lines[i + 1:]
-            break
-    return sum(1 for ln in lines if not ln.startswith(joblogs.MARKER) and ln.startswith(prefix))
 
 
 # -- the registration ------------------------------------------------------------------------------

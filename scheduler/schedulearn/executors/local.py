@@ -365,8 +365,7 @@ class LocalExecutor(RunExecutor):
         _killpg(run.pid, sig)
 
     def _append_log(self, run: Run, text: str) -> None:
-        with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
-            f.write(text.encode())
+        joblogs.append_line(self.log_path(run.job_id), text)
 
     def _failure(self, run: Run, code: int | None) -> str:
         """Why a run with exit status `code` failed: the signal that ended it, the log's last

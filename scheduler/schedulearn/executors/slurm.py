@@ -416,8 +416,7 @@ class SlurmExecutor(RunExecutor):
             log.info("slurm: cancelling job %s: %s", slurm_id, e)
 
     def _append_log(self, run: Run, text: str) -> None:
-        with open(self.log_path(run.job_id), "ab", opener=nofollow.opener) as f:
-            f.write(text.encode())
+        joblogs.append_line(self.log_path(run.job_id), text)
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run)

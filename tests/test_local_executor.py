@@ -125,7 +125,8 @@ def test_python_job_succeeds_and_log_is_read_back(tmp_path):
         async with live(tmp_path / "jobs") as (eng, ex):
             job = eng.submit({"name": "hello", "script": "import os, sys\nprint('hello from the job')\n"
                                                         "print('to stderr', file=sys.stderr)\n"
-                                                        "print('in', os.getcwd())\n",
+                                                        "print('in', os.getcwd())\n"
+                                                        "sys.stdout.write('last words')\n",  # no newline
                               "workdir": str(tmp_path / "elsewhere")})
             streamed = []
 
@@ -142,6 +143,7 @@ def test_python_job_succeeds_and_log_is_read_back(tmp_path):
             text = ex.logs(job.id)
             assert "hello from the job" in text and "to stderr" in text
             assert f"in {tmp_path / 'elsewhere'}\n" in text
+            assert "\nlast words\n" + joblogs.MARKER + " exit" in text  # the marker on a line of its own
             assert (tmp_path / "jobs" / str(job.id) / "main.py").read_text().startswith("import os, sys")
             assert ex.logs(job.id, tail=1).startswith(joblogs.MARKER + " exit of run #0: code 0")
             followed = list(ex.follow(job.id, timeout=5))

@@ -746,12 +746,11 @@ class DockerExecutor(RunExecutor):
                     else:
                         out.append((b"" if open_line else prefix) + line + b"\n")
                         open_line = False
-                if buf and not skip and (b"\r" in buf or len(buf) >= joblogs.PAGE):
-                    if prefix:  # hosts' lines interleave whole: a line too long keeps its end
-                        buf = buf[max(buf.rfind(b"\r"), len(buf) - joblogs.PAGE):]
-                    else:  # a progress bar's drawings, as they come (as a local job's log has them)
-                        out.append(buf)
-                        buf, open_line = b"", True
+                if buf and not skip and not prefix and (b"\r" in buf or len(buf) >= joblogs.PAGE):
+                    out.append(buf)  # a progress bar's drawings, as they come (as in a local job's log)
+                    buf, open_line = b"", True
+                elif len(buf) >= joblogs.PAGE:  # (hosts' lines interleave whole) too long: its end
+                    buf = buf[max(buf.rfind(b"\r"), len(buf) - joblogs.PAGE // 2):]
                 self._write(run, b"".join(out))
             if not self._closed.is_set():
                 buf += self._lost_end(w, chunk)

@@ -186,6 +186,34 @@ def test_queued_jobs_say_why_counts_are_real_and_one_process_gets_one_gpu(live_s
     assert [ls_gpus(env)[j["id"]] for j in (big, auto, wider)] == ["3", "1", "2"]
 
 
+def test_ls_shows_the_newest_jobs_and_says_when_there_are_more(live_server: LiveServer, monkeypatch,
+                                                                capsys) -> None:
+    """A scheduler with months of jobs behind it: `schedulearn ls` shows the newest `LS_ROWS`
+    and says that there are more (it printed every job ever run); `--all`, `--limit N` and
+    `--json` are as asked."""
+    from schedulearn import client_cli
+    from schedulearn.cli import main
+
+    live_server.start()
+    c = Client(live_server.url, live_server.token)
+    ids = [c.submit({"name": f"n{i}", "command": ["true"]})["id"] for i in range(3)]
+    monkeypatch.setattr(client_cli, "LS_ROWS", 2)
+    where = ["--url", live_server.url, "--token", live_server.token]
+
+    def listed(*args: str) -> tuple[list[int], list[str]]:
+        assert main(["ls", *where, *args]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return [int(ln.split()[0]) for ln in lines[1:] if ln[:1].isdigit()], lines
+
+    rows, lines = listed()
+    assert rows == ids[-2:] and lines[-1].startswith("(the newest 2 jobs; --all lists every one")
+    rows, lines = listed("--all")
+    assert rows == ids and lines[-1].split()[0] == str(ids[-1])  # no note: nothing left out
+    rows, lines = listed("--limit", "3")
+    assert rows == ids and "newest" not in lines[-1]
+    assert main(["ls", *where, "--json"]) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ids
+
 def ls_gpus(env: dict) -> dict[int, str]:
     """The GPUS column of `schedulearn ls`, by job id (read at the header's offsets)."""
     head, *rows = cli(env, "ls").stdout.splitlines()

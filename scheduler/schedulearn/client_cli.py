@@ -29,6 +29,9 @@ def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
         p.add_argument("--json", action="store_true", help="print the API's JSON")
 
 
+LS_ROWS = 50  # the jobs `schedulearn ls` shows unless told (the newest)
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("submit", help="queue a job on the scheduler",
                               description="Queue a command (after --) or a Python script as a job.")
@@ -57,7 +60,9 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.add_argument("--state", help="queued, running, succeeded, failed or cancelled")
     p.add_argument("--user", help="only this user's jobs")
-    p.add_argument("--limit", type=int, default=None, help="only the newest N")
+    p.add_argument("--limit", type=int, default=None,
+                   help=f"only the newest N (the table: {LS_ROWS} unless --all; --json: all)")
+    p.add_argument("--all", action="store_true", help="every job in the table")
     p.set_defaults(func=cmd_ls)
 
     p = subparsers.add_parser("logs", help="print a job's log")
@@ -209,13 +214,18 @@ def _progress(job: dict[str, Any]) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    """The jobs as a table: the newest `LS_ROWS` unless told (`--limit N`, `--all`), and a line
+    saying so when there are more; `--json` gives all of them unless `--limit` says."""
+    cut = LS_ROWS if args.limit is None and not args.all and not args.json else None
     try:
-        jobs = _client(args).jobs(args.state, args.user, args.limit)
+        jobs = _client(args).jobs(args.state, args.user, args.limit if cut is None else cut + 1)
     except ClientError as e:
         return _fail(str(e))
     if args.json:
         _print_json({"jobs": jobs})
         return 0
+    more = cut is not None and len(jobs) > cut
+    jobs = jobs[-cut:] if more else jobs
     rows = [["ID", "NAME", "USER", "STATE", "GPUS", "SUBMITTED", "PROGRESS", "DEADLINE", "REASON"]]
     for j in jobs:
         rows.append([str(j["id"]), j["name"][:30], j["user"], j["state"], shown_gpus(j),
@@ -223,6 +233,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
                      deadlines.deadline_text(j).removeprefix("deadline ") or "-",
                      (j.get("reason") or "")[:90]])
     _table(rows)
+    if more:
+        print(f"(the newest {cut} jobs; --all lists every one, --limit N the newest N)")
     return 0
 
 

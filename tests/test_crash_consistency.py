@@ -170,6 +170,34 @@ def test_starting_is_written_before_the_launch_and_running_after(tmp_path):
     store.close()
 
 
+
+def test_a_closed_executor_leaves_a_later_run_of_its_job_alone(tmp_path):
+    """A closed executor's watcher, waking late for a run that ended, must not end "strays" by
+    the marks in their environment: the job is the next executor's, and a run of it requeued
+    after a crash carries the same marks (job directory, restart count). It did, one CI run in
+    many: the test below saw its requeued run killed by the first executor's watcher."""
+    from schedulearn.executors.local import _Run
+    from schedulearn.model import Job, JobSpec
+
+    root, out = tmp_path / "jobs", tmp_path / "pid"
+    cmd = [PY, "-c", f"import os,time; open({str(out)!r},'w').write(str(os.getpid())); time.sleep(60)"]
+    old, new = LocalExecutor(root), LocalExecutor(root)
+    job = Job(id=1, spec=JobSpec(command=cmd), submit_time=0.0, alloc={"node0": (0,)})
+    new.start(job, time.time())
+    try:
+        deadline = time.monotonic() + 20
+        while not (out.exists() and out.read_text()):
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.05)
+        pid = int(out.read_text())
+        old.close()
+        old._end_strays(_Run(job_id=1, restarts=0, pid=2**22 + 1), time.monotonic())  # its run, gone
+        time.sleep(0.5)
+        os.kill(pid, 0)  # alive: not ended by the closed executor
+        assert "left outside its process group" not in new.logs(1)
+    finally:
+        new.terminate_all(1.0)
+
 def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_never_ran(tmp_path):
     """A crash between the `starting` record and `running`: the run found by its pid file is
     adopted (one process), a launch that never opened its gate is started again."""

@@ -340,7 +340,11 @@ class LocalExecutor(RunExecutor):
         that its launcher did not stop before the launcher was killed (one that ignores or
         outlasts SIGTERM: a hung collective, a long save) outlived the group's SIGKILL, held its
         GPU, and the GPU was given to the next job. They get SIGTERM, then SIGKILL at the
-        deadline (at once if it has passed); the job's log says so."""
+        deadline (at once if it has passed); the job's log says so. Not once this executor is
+        closed: the job is the next executor's then, and a run of it started since (requeued
+        after a crash, at the same restart count) carries the same marks."""
+        if self._closed.is_set():
+            return
         marks = _run_marks(self.job_dir(run.job_id), run.restarts)
         left = _strays(marks)
         if not left:

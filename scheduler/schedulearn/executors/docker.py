@@ -839,7 +839,7 @@ class DockerExecutor(RunExecutor):
     def _append_log(self, run: Run, text: str) -> None:
         assert isinstance(run, _Run)
         with run.log_lock, contextlib.suppress(OSError):  # (as `_write`: the log is best effort)
-            joblogs.append_line(self.log_path(run.job_id), text)
+            super()._append_log(run, text)
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run) and run.failed is not None

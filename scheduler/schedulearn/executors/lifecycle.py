@@ -24,7 +24,8 @@ What an executor adds (`local.py`, `docker.py`; a Slurm executor alike): `_launc
 fork a process group, create containers, `sbatch`), `_signal` (`killpg`, `docker kill`,
 `scancel --signal`), `_watch` (wait for the end: `waitid`, the log stream, `squeue`/`sacct`),
 `_reattach` and `adopt` (find a run again: a pid file, container labels, a Slurm job id),
-`_append_log` and `_failure` (why a run failed, from its exit status and log).
+and `_failure` (why a run failed, from its exit status and log); `_append_log` (a marker line
+on a line of its own) is the same for all but Docker, which holds its log open.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ class RunExecutor(JobDirExecutor):
         raise NotImplementedError
 
     def _append_log(self, run: Run, text: str) -> None:
-        """Append a marker line to the job's log."""
-        raise NotImplementedError
+        """Append a marker line to the job's log, on a line of its own."""
+        joblogs.append_line(self.log_path(run.job_id), text)
 
     def _failure(self, run: Run, code: int | None) -> str:
         """Why a run that ended on its own with `code` (not 0) failed, in one line."""

@@ -368,9 +368,6 @@ class LocalExecutor(RunExecutor):
         assert isinstance(run, _Run)
         _killpg(run.pid, sig)
 
-    def _append_log(self, run: Run, text: str) -> None:
-        joblogs.append_line(self.log_path(run.job_id), text)
-
     def _failure(self, run: Run, code: int | None) -> str:
         """Why a run with exit status `code` failed: the signal that ended it, the log's last
         exception line, or the code. `code` < 0 is the signal that killed our child (its

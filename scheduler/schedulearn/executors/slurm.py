@@ -415,9 +415,6 @@ class SlurmExecutor(RunExecutor):
         except SlurmError as e:
             log.info("slurm: cancelling job %s: %s", slurm_id, e)
 
-    def _append_log(self, run: Run, text: str) -> None:
-        joblogs.append_line(self.log_path(run.job_id), text)
-
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run)
         last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))

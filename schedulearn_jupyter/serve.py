@@ -25,6 +25,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -46,7 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("--host", default=env("SCHEDULEARN_HOST", "127.0.0.1"),
                    help="address to listen on (0.0.0.0 for every interface; default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=int(env("SCHEDULEARN_PORT", DEFAULT_PORT)))
+    p.add_argument("--port", type=_number(int, "SCHEDULEARN_PORT", "a port 0-65535", 0, 65535),
+                   default=env("SCHEDULEARN_PORT", str(DEFAULT_PORT)),
+                   help="port to listen on; 0: a free one, printed "
+                        f"(default: $SCHEDULEARN_PORT or {DEFAULT_PORT})")
     p.add_argument("--token", default=env(TOKEN_ENV), help=f"the API token (default: ${TOKEN_ENV} or random)")
     p.add_argument("--tokens", type=Path, default=None,
                    help='JSON file {"<token>": "<user>", ...}: one token per user')
@@ -63,14 +67,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "in the user's data dir)")
     p.add_argument("--executor", default=env("SCHEDULEARN_EXECUTOR", "local"),
                    help=" | ".join(registry.names()) + f" ({registry.describe()})")
-    p.add_argument("--virtual-gpus", type=int, default=int(env("SCHEDULEARN_VIRTUAL_GPUS", 0)),
-                   help="virtual GPUs per host when NVML finds none")
+    p.add_argument("--virtual-gpus", type=_number(int, "SCHEDULEARN_VIRTUAL_GPUS", "an integer >= 0", 0),
+                   default=env("SCHEDULEARN_VIRTUAL_GPUS", "0"),
+                   help="virtual GPUs per host when NVML finds none "
+                        "(default: $SCHEDULEARN_VIRTUAL_GPUS or 0)")
     p.add_argument("--policy", default=env("SCHEDULEARN_DEFAULT_POLICY", "fifo"),
                    help="policy at first start")
-    p.add_argument("--cancel-grace", type=float, default=float(env("SCHEDULEARN_CANCEL_GRACE", 10.0)))
+    p.add_argument("--cancel-grace", type=_number(float, "SCHEDULEARN_CANCEL_GRACE", "seconds >= 0", 0.0),
+                   default=env("SCHEDULEARN_CANCEL_GRACE", "10"), metavar="S",
+                   help="seconds a cancelled job has between SIGTERM and SIGKILL "
+                        "(default: $SCHEDULEARN_CANCEL_GRACE or 10)")
     p.add_argument("--job-root", default=env("SCHEDULEARN_JOB_ROOT"),
                    help="jobs' folders (default: <data dir>/schedulearn/jobs)")
-    p.add_argument("--tick", type=float, default=float(env("SCHEDULEARN_TICK", 5.0)))
+    p.add_argument("--tick", type=_number(float, "SCHEDULEARN_TICK", "seconds > 0", 0.0, strict=True),
+                   default=env("SCHEDULEARN_TICK", "5"), metavar="S",
+                   help="seconds between time-driven rounds (las, goodput, qoe; "
+                        "default: $SCHEDULEARN_TICK or 5)")
     p.add_argument("--restart-cost", type=_restart_cost, metavar="S",
                    default=env("SCHEDULEARN_RESTART_COST", str(RESTART_COST)),
                    help="seconds a job's checkpoint-restart costs on this set-up: what the elastic "
@@ -83,9 +95,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if isinstance(opt.default, list):
             p.add_argument(opt.cli_flag, dest=opt.name, action="append", default=opt.from_env(),
                            help=text + "; repeat the flag for several")
-        else:
-            convert = opt.parse if isinstance(opt.default, bool) else type(opt.default)
-            p.add_argument(opt.cli_flag, dest=opt.name, type=convert, default=opt.from_env(), help=text)
+        else:  # the variable's text is converted (and refused) only when `serve` runs
+            p.add_argument(opt.cli_flag, dest=opt.name, type=_option(opt),
+                           default=env(opt.env) or opt.default, help=text)
+
+
+def _number(kind: type, variable: str, allowed: str, least: float, most: float = math.inf,
+            strict: bool = False) -> Any:
+    """An argparse type for a number flag whose default comes from `variable`: argparse converts
+    a text default only when `serve` runs, so a bad variable is `serve`'s one-line usage error
+    (naming the flag, the variable and what is allowed), not a traceback of every command."""
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if (value is None or not math.isfinite(value) or not least <= value <= most
+                or (strict and value == least)):
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r} (the flag or ${variable})")
+        return value
+    return convert
+
+
+def _option(opt: Any) -> Any:
+    """An argparse type for an executor's option (`Option.parse`; its message names the variable)."""
+    def convert(text: str) -> Any:
+        try:
+            return opt.parse(text)
+        except ValueError as e:
+            message = str(e).replace(f"{opt.env}: ", "", 1)
+            raise argparse.ArgumentTypeError(f"{message} (the flag or ${opt.env})") from None
+    return convert
 
 
 def _restart_cost(text: str) -> float:
@@ -245,14 +285,21 @@ def private_store(store: Any) -> None:
 
 async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
                 ready: Any = None, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set (or SIGINT/SIGTERM)."""
+    """Run until `stop` is set (or SIGINT/SIGTERM). `ready(manager, port)` is called once it
+    listens, with the port it listens on (port 0: a free one)."""
     Path(settings.job_root).mkdir(parents=True, exist_ok=True)
     manager = SchedulerService(settings)
     private_store(manager.store)
     manager.start()
     app = make_app(manager, tokens, base_url)
     try:
-        server = app.listen(port, host, max_body_size=64 * 1024 * 1024)
+        from tornado.httpserver import HTTPServer
+        from tornado.netutil import bind_sockets
+
+        sockets = bind_sockets(port, host)
+        server = HTTPServer(app, max_body_size=64 * 1024 * 1024)
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
     except BaseException:
         await manager.stop()  # gives the store's lease back
         raise
@@ -273,7 +320,7 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     if settings.admins is not None:
         log.info("schedulearn: the policy may be switched by %s", ", ".join(settings.admins) or "nobody")
     if ready is not None:
-        ready(manager)
+        ready(manager, port)
     try:
         await stop.wait()
     finally:
@@ -297,8 +344,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     shown = "localhost" if args.host in ("0.0.0.0", "::", "") else args.host
 
-    def ready(manager: Any) -> None:  # listening, with the store's lease: say where
-        print(f"schedulearn: API at http://{shown}:{args.port}{args.base_url.rstrip('/')}/schedulearn/api/",
+    def ready(manager: Any, port: int) -> None:  # listening, with the store's lease: say where
+        print(f"schedulearn: API at http://{shown}:{port}{args.base_url.rstrip('/')}/schedulearn/api/",
               file=sys.stderr, flush=True)
         if generated:
             print(f"schedulearn: token {generated}  (export SCHEDULEARN_TOKEN={generated})", file=sys.stderr,

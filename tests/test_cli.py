@@ -186,10 +186,37 @@ def test_malformed_trace_names_file_line_and_field(tmp_path):
      "argument --restart-cost: expected seconds > 0 (a finite number), got '0'"),
     (("serve", "--restart-cost", "nan"),
      "argument --restart-cost: expected seconds > 0 (a finite number), got 'nan'"),
+    (("serve", "--port", "99999"),  # (tornado bound 99999 % 65536 = 34463 and said 99999)
+     "argument --port: expected a port 0-65535, got '99999' (the flag or $SCHEDULEARN_PORT)"),
+    (("serve", "--tick", "nan"), "argument --tick: expected seconds > 0, got 'nan'"),
+    (("serve", "--cancel-grace", "-1"), "argument --cancel-grace: expected seconds >= 0, got '-1'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, expected):
     assert expected in usage_error(*args)
+
+
+def test_a_bad_serve_variable_is_serves_one_line_error_and_no_other_commands(monkeypatch):
+    """`serve`'s flags take their defaults from variables (`SCHEDULEARN_TICK`, an executor's
+    `SCHEDULEARN_SLURM_POLL_INTERVAL`, ...). They were converted as the parser was built, so one
+    bad variable (exported for the Jupyter extension, say) made every command a traceback."""
+    for variable, flag, value in [("SCHEDULEARN_TICK", "--tick", "abc"), ("SCHEDULEARN_PORT", "--port", "x"),
+                                  ("SCHEDULEARN_VIRTUAL_GPUS", "--virtual-gpus", "two"),
+                                  ("SCHEDULEARN_SLURM_POLL_INTERVAL", "--slurm-poll-interval", "fast")]:
+        monkeypatch.setenv(variable, value)
+        p = cli("policies")
+        assert p.returncode == 0 and "qoe" in p.stdout, p.stderr
+        line = usage_error("serve")
+        assert f"argument {flag}: expected " in line and f"got {value!r} (the flag or ${variable})" in line
+        monkeypatch.delenv(variable)
+
+
+def test_an_executor_refusing_its_setting_is_a_one_line_error_not_a_traceback():
+    p = cli("serve", "--executor", "slurm", "--slurm-poll-interval", "nan", "--store", "sqlite://",
+            "--port", "0")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    last = p.stderr.splitlines()[-1]
+    assert last == "schedulearn serve: slurm_poll_interval: expected seconds > 0, got nan"
 
 
 def test_no_command_prints_help_and_exits_2():

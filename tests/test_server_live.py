@@ -255,6 +255,28 @@ def serve(tmp_path: Path):
     s.stop()
 
 
+def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedulearn.cli", "serve", "--port", "0", "--token", "t",
+         "--virtual-gpus", "1", "--store", f"sqlite:///{tmp_path / 's.db'}",
+         "--job-root", str(tmp_path / "jobs")],
+        stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:  # (the log lines, then where the API is)
+            found = re.match(r"schedulearn: API at http://127\.0\.0\.1:(\d+)/schedulearn/api/$", line.strip())
+            if found:
+                break
+        else:
+            pytest.fail(f"serve exited ({proc.wait()}) without saying where it listens")
+        port = int(found.group(1))
+        assert port != 0
+        assert Client(f"http://127.0.0.1:{port}/", "t").policy() == "fifo"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 def test_serve_standalone_with_tokens(serve: Serve):
     with pytest.raises(ClientError) as e:
         Client(serve.url, "").gpus()

@@ -128,9 +128,9 @@ class Settings:
                                 f"(its settings: {', '.join(allowed) or 'none'})")
         if self.virtual_gpus < 0:
             raise SpecError(f"virtual_gpus: expected an integer >= 0, got {self.virtual_gpus}")
-        if self.cancel_grace < 0:
+        if not math.isfinite(self.cancel_grace) or self.cancel_grace < 0:
             raise SpecError(f"cancel_grace: expected seconds >= 0, got {self.cancel_grace}")
-        if self.tick <= 0:
+        if not math.isfinite(self.tick) or self.tick <= 0:
             raise SpecError(f"tick: expected seconds > 0, got {self.tick}")
         check_restart_cost(self.restart_cost)
         policies.create(self.default_policy)  # SpecError naming the policies when unknown
@@ -210,7 +210,10 @@ class SchedulerService:
             self.store = store if store is not None else (make_store(settings.store_url)
                                                           if settings.store_url else None)
             if executor is None:
-                executor = registry.get(settings.executor).make(settings)
+                try:
+                    executor = registry.get(settings.executor).make(settings)
+                except ValueError as e:  # an executor's setting it refuses ('slurm_poll_interval: ...')
+                    raise SpecError(str(e)) from None
             if executor.inventory is None:  # it runs jobs on this host: its GPUs, as the settings say
                 executor.inventory = HostInventory(settings.virtual_gpus, settings.node_name)
             self.executor = executor

@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import shlex
@@ -132,7 +133,7 @@ class SlurmExecutor(RunExecutor):
     ):
         if cancel_grace < 0:
             raise ValueError(f"cancel_grace: expected seconds >= 0, got {cancel_grace}")
-        if poll_interval <= 0:
+        if not 0 < poll_interval < math.inf:  # (nan too)
             raise ValueError(f"slurm_poll_interval: expected seconds > 0, got {poll_interval}")
         self.job_root = Path(job_root).resolve()
         self.job_root.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gpus", default=None, help="GPUs: an integer or 'auto' (default 1)")
     p.add_argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
     p.add_argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
-    p.add_argument("--launcher", choices=LAUNCHERS, default=None)
+    p.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                   help="how the command starts: python (one process; the default), torchrun or horovod "
+                        "(one process per GPU)")
     p.add_argument("--image", help="Docker image (docker executor)")
     p.add_argument("--priority", type=int, default=None,
                    help="job priority (higher first, for policies that use it; default 0)")

@@ -221,6 +221,30 @@ def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
     assert "eta_s" not in summary(job, 300.0, Similar())
     assert "eta_s" not in summary(job, 1000.0, Similar())
 
+def test_after_its_first_progress_report_the_time_left_follows_the_pace_of_its_run():
+    """One report gives progress but no rate yet. A job 5 % done after 17 s (a 300-s run) showed
+    `~3s left?` from a similar 20-s job's history; it now shows what its pace so far says."""
+    class Similar(History):
+        def predict(self, job):
+            return 20.0
+
+    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1), submit_time=0.0)
+    job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+    assert summary(job, 17.0, Similar())["eta_basis"] == "history"  # no report yet: the guess
+    ingest(job, [{"t": 17.0, "progress": 0.05}])
+    out = summary(job, 20.0, Similar())
+    assert out["eta_basis"] == "progress" and out["eta_s"] == pytest.approx(17 * 19 - 3)
+    assert summary(job, 20.0)["eta_s"] == pytest.approx(17 * 19 - 3)  # with no history too
+    class Longer(History):
+        def predict(self, job):
+            return 1000.0  # similar jobs say more: the guess stands
+
+    assert summary(job, 20.0, Longer()) == {"progress": 0.05, "eta_s": 980.0, "eta_basis": "history"}
+    assert "eta_s" not in summary(job, 400.0)  # past what its pace said: no time left to tell
+    ingest(job, [{"t": 37.0, "progress": 0.1}])  # a second report: a rate
+    assert summary(job, 37.0, Similar())["eta_s"] == pytest.approx(0.9 / (0.05 / 20), rel=0.01)
+
+
 # -- reports, live -----------------------------------------------------------------------------------
 def test_reports_from_metrics_jsonl_fold_incrementally(tmp_path):
     path = tmp_path / "metrics.jsonl"

@@ -313,7 +313,8 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
             per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
     runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
-    `eta_basis`: `progress` (its reported progress and rate) or `history` (the predicted work of
+    `eta_basis`: `progress` (its reported progress and rate; after its first report, before
+    there is a rate, the pace of its run so far) or `history` (the predicted work of
     similar finished jobs, less its service; none once it has run longer than they took, rather
     than a time left of 0 that never passes); for a job with a deadline, its status
     (`estimates.deadline.status`, on up to the `capacity` GPUs it may use, a restart priced at
@@ -339,10 +340,16 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
         since = now - last[0] if last is not None and now >= last[0] else 0.0
         out["eta_s"] = round(max(left - since, 0.0), 1)
         out["eta_basis"] = "progress"
-    elif history is not None and (predicted := history.predict(job)) is not None \
-            and (work := predicted - job.attained(now)) > 0:  # past it: no honest guess is left
-        g1 = est.goodput((1,))
+        return out
+    predicted = history.predict(job) if history is not None else None
+    if predicted is not None and (work := predicted - job.attained(now)) > 0:  # past it: no honest
+        g1 = est.goodput((1,))  # guess is left
         ratio = est.goodput(shape) / g1 if g1 > 0 else float(sum(shape))
-        out["eta_s"] = round(work / max(ratio, 1e-9), 1)
-        out["eta_basis"] = "history"
+        out["eta_s"], out["eta_basis"] = round(work / max(ratio, 1e-9), 1), "history"
+    p, last = st.get("progress"), st.get("last")
+    if p is not None and 0 < p < 1 and last is not None:  # one report, no rate yet: at the pace
+        t = last[0] if job.since <= last[0] <= now else now  # of its run so far (a job 5 % done
+        left = max(job.run_time(t) * (1 - p) / p - (now - t), 0.0)  # after 17 s showed `~3s left?`
+        if left > out.get("eta_s", 0.0):  # from a 20-s job's history)
+            out["eta_s"], out["eta_basis"] = round(left, 1), "progress"
     return out

@@ -42,6 +42,9 @@ class EventsHandler(handlers.EventsMixin, JupyterHandler, websocket.WebSocketHan
     def manager(self) -> Manager:  # type: ignore[override]
         return self.settings["schedulearn_manager"]
 
+    def user_name(self) -> str:
+        return jupyter_user(self)
+
     def set_default_headers(self) -> None:  # JupyterHandler's page headers do not apply
         pass
 

@@ -173,7 +173,7 @@ class JobsHandler(ApiMixin):
     @web.authenticated
     async def get(self):
         query = {k: self.get_query_argument(k, None) for k in ("state", "user", "limit")}
-        self.finish_as(await self.manager.list_jobs_json(**query), JSON)
+        self.finish_as(await self.manager.list_jobs_json(**query, viewer=self.user_name()), JSON)
 
     @web.authenticated
     async def post(self):
@@ -185,7 +185,7 @@ class JobsHandler(ApiMixin):
 class JobHandler(ApiMixin):
     @web.authenticated
     async def get(self, job_id: str):
-        self.send_json(await self.manager.get_job(job_id))
+        self.send_json(await self.manager.get_job(job_id, self.user_name()))
 
     @web.authenticated
     async def delete(self, job_id: str):
@@ -202,6 +202,7 @@ class LogsHandler(ApiMixin):
         tail = self.get_query_argument("tail", None)
         offset = self.get_query_argument("offset", None)
         follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
+        await self.manager.check_reader(job_id, self.user_name())
         if offset is not None:
             if tail is not None or follow:
                 raise ApiError("offset: a page of the log is read alone, without tail or follow")
@@ -236,6 +237,7 @@ class ResultHandler(ApiMixin):
 
     @web.authenticated
     async def get(self, job_id: str):
+        await self.manager.check_reader(job_id, self.user_name())
         await self.send_stream(await self.manager.result(job_id), "application/octet-stream")
 
 
@@ -270,6 +272,9 @@ class EventsMixin:
     subscription: Any = None
     _pump: Any = None
 
+    def user_name(self) -> str:  # who subscribes (a shared scheduler hides others' private parts)
+        raise NotImplementedError
+
     async def get(self, *args, **kwargs):
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError("events: a WebSocket endpoint; connect with 'Upgrade: websocket'", 400)
@@ -282,7 +287,7 @@ class EventsMixin:
     async def open(self, *args, **kwargs):
         import asyncio
 
-        self.subscription = await self.manager.subscribe()
+        self.subscription = await self.manager.subscribe(self.user_name())
         hello = await self.manager.hello()
         self.write_message(json.dumps(hello))
         self._pump = asyncio.ensure_future(self._forward())

@@ -67,6 +67,10 @@ JOB = {
         "deadline_left_s": {"type": "number", "description": "seconds to the deadline (negative: past)"},
         "missed_by_s": {"type": "number", "minimum": 0,
                         "description": "how late a job that finished after its deadline was"},
+        "private": {"type": "boolean",
+                    "description": "another user's job on a shared scheduler (serve --tokens): its "
+                                   "spec's env values and script read '(hidden)', and its log and "
+                                   "result answer 403"},
     },
 }
 
@@ -107,7 +111,8 @@ JOB_ID = {"name": "job_id", "in": "path", "required": True,
 
 E400 = _error("Invalid input: `{\"error\": \"<field>: <what is allowed>\"}`")
 E403 = _error("No or a wrong token; or (DELETE) the job is another user's; or (POST, shared set-up) "
-              "the caller has no OS account to run jobs as")
+              "the caller has no OS account to run jobs as; or (logs, result, shared set-up) the "
+              "job is another user's")
 E404 = _error("No such job (or no result yet)")
 E413 = _error("Request body too large")
 E503 = _error("The scheduler cannot answer: its store is unreachable, or (a Jupyter server) another "

@@ -170,17 +170,22 @@ class RemoteManager:
     async def submit(self, data: Any, user: str) -> dict[str, Any]:
         return await self._fetch("POST", "jobs", data)
 
-    async def list_jobs(self, state: str | None = None, user: str | None = None, limit: Any = None) -> dict:
+    async def list_jobs(self, state: str | None = None, user: str | None = None, limit: Any = None,
+                        viewer: str | None = None) -> dict:
         return await self._fetch("GET", "jobs", params={"state": state, "user": user, "limit": limit})
 
     async def list_jobs_json(self, state: str | None = None, user: str | None = None,
-                             limit: Any = None) -> str:
+                             limit: Any = None, viewer: str | None = None) -> str:
         """The remote list as the remote server wrote it (passed on without re-encoding)."""
         params = {"state": state, "user": user, "limit": limit}
         return (await self._fetch("GET", "jobs", params=params, raw=True)).decode()
 
-    async def get_job(self, job_id: Any) -> dict[str, Any]:
+    async def get_job(self, job_id: Any, viewer: str | None = None) -> dict[str, Any]:
         return await self._fetch("GET", f"jobs/{job_id}")
+
+    async def check_reader(self, job_id: Any, viewer: str) -> None:
+        """Nothing here: the remote scheduler answers for this user's token (403 for a job of
+        another user where it keeps jobs private)."""
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
         return await self._fetch("DELETE", f"jobs/{job_id}")
@@ -215,7 +220,7 @@ class RemoteManager:
         """The remote's result, passed on as it comes (`_download`)."""
         return await self._download(f"jobs/{job_id}/result")
 
-    async def subscribe(self) -> RemoteSubscription:
+    async def subscribe(self, viewer: str | None = None) -> RemoteSubscription:
         ws_url = "ws" + self.api[len("http"):] + "events"
         req = httpclient.HTTPRequest(ws_url, headers=self._headers(), connect_timeout=self.timeout)
         try:

@@ -207,6 +207,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         restart_cost=args.restart_cost,
         user_map=user_map,
         admins=admins,
+        private_jobs=args.tokens is not None,
         options={o.name: getattr(args, o.name) for o in kind.options} if kind else {},
     )
 
@@ -246,6 +247,9 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
     class ServeEvents(TokenAuth, handlers.EventsMixin, websocket.WebSocketHandler):
         def initialize(self) -> None:
             self.manager = manager
+
+        def user_name(self) -> str:
+            return self.current_user
 
         async def get(self, *args: Any, **kwargs: Any) -> None:
             if not self.current_user:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from schedulearn.client import Client, ClientError, LogReader
@@ -303,6 +304,50 @@ def test_serve_standalone_with_tokens(serve: Serve):
     with pytest.raises(ClientError) as e:
         alice.submit({"command": ["x"], "gpus": 3})
     assert e.value.status == 400 and str(e.value).startswith("gpus: at most 2")
+
+
+def test_a_shared_schedulers_jobs_keep_their_environment_log_and_result_from_other_users(serve: Serve):
+    """With --tokens everyone sees the queue, but bob read alice's job's environment (her
+    WANDB_API_KEY) in `GET jobs/{id}`, `GET jobs` and the events, and its log and result,
+    while its folder was private to her account."""
+    from tornado import httpclient, websocket
+
+    alice, bob = Client(serve.url, "alice-token"), Client(serve.url, "bob-token")
+
+    async def first_job_event(token: str, submit: Any) -> dict:
+        req = httpclient.HTTPRequest(serve.url.replace("http", "ws") + "schedulearn/api/events",
+                                     headers={"Authorization": f"token {token}"})
+        ws = await websocket.websocket_connect(req)
+        try:
+            assert json.loads(await ws.read_message())["type"] == "hello"
+            job = submit()
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.read_message(), 60))
+                if event["type"] == "job" and event["job"]["id"] == job["id"]:
+                    return event["job"]
+        finally:
+            ws.close()
+
+    script = "import time\nprint('alice secret log')\ntime.sleep(1)\n"
+    submit = lambda: alice.submit({"script": script, "env": {"WANDB_API_KEY": "s3cret"}})  # noqa: E731
+    seen_by_bob = asyncio.run(first_job_event("bob-token", submit))
+    job_id = seen_by_bob["id"]
+    seen_by_alice = asyncio.run(first_job_event("alice-token", lambda: {"id": job_id}))
+    wait_for(lambda: alice.job(job_id)["state"] == "succeeded")
+    assert "alice secret log" in alice.logs(job_id)
+    with pytest.raises(ClientError) as e:
+        alice.result(job_id)  # hers to ask for (a script leaves no result; a cell's does)
+    assert e.value.status == 404
+    for d in (seen_by_bob, bob.job(job_id), next(j for j in bob.jobs() if j["id"] == job_id)):
+        assert d["user"] == "alice" and d["spec"]["env"] == {"WANDB_API_KEY": "(hidden)"}
+        assert d["spec"]["script"] == "(hidden)" and "s3cret" not in json.dumps(d)
+    for d in (seen_by_alice, alice.job(job_id), next(j for j in alice.jobs() if j["id"] == job_id)):
+        assert d["spec"]["env"] == {"WANDB_API_KEY": "s3cret"} and d["spec"]["script"] == script
+    for read in (bob.logs, lambda i: bob.logs(i, tail=5), bob.log_page, lambda i: "".join(bob.follow(i)),
+                 bob.result):
+        with pytest.raises(ClientError) as e:
+            read(job_id)
+        assert e.value.status == 403 and "only they may read its log and result" in str(e.value)
 
 
 def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path):

@@ -36,7 +36,9 @@ export function sortJobs(jobs: IJob[]): IJob[] {
   });
 }
 
-export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions, limit = 50): HTMLElement {
+/** The jobs table; `me` (the user the server names) may cancel only their own jobs, and read the
+ * logs of others' only where the scheduler does not keep them private. */
+export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions, me = '', limit = 50): HTMLElement {
   const root = h('div', { class: 'jp-schedulearn-jobs' });
   if (jobs.length === 0) {
     root.append(h('div', { class: 'jp-schedulearn-empty' }, 'No jobs yet. Submit one with %%schedulearn.'));
@@ -58,6 +60,14 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
       'Logs'
     );
     logs.addEventListener('click', () => actions.logs(job));
+    if (me && job.user && job.user !== me) {
+      cancel.disabled = true;
+      cancel.title = `Job #${job.id} is ${job.user}'s: only they may cancel it`;
+    }
+    if (job.private) {
+      logs.disabled = true;
+      logs.title = `Job #${job.id} is ${job.user}'s: only they may read its log`;
+    }
     const gpus = shownGpus(job);
     const where = formatAlloc(job.gpus > 0 ? job.alloc : job.last_alloc ?? {});
     const r = ran(job, now);

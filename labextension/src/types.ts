@@ -63,6 +63,8 @@ export interface IJob {
   /** How late a job that finished after its deadline was, in seconds. */
   missed_by_s?: number;
   spec?: { gpus?: number | 'auto'; [key: string]: unknown };
+  /** Another user's job on a shared scheduler: its environment, script, log and result are theirs. */
+  private?: boolean;
 }
 
 export interface IPolicyInfo {

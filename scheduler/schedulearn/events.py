@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 log = logging.getLogger("schedulearn.server")
+
+View = Callable[[dict[str, Any]], dict[str, Any]]  # what one subscriber sees of an event
 
 
 class EventStream(Protocol):
@@ -23,8 +25,9 @@ class EventStream(Protocol):
 class Subscription:
     """One subscriber's queue of events; iterate it, `close()` it when done."""
 
-    def __init__(self, hub: EventHub, maxsize: int):
+    def __init__(self, hub: EventHub, maxsize: int, view: View | None = None):
         self.hub = hub
+        self.view = view  # what this subscriber sees of an event (None: all of it)
         self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize)
         self.closed = False
 
@@ -53,7 +56,7 @@ class Subscription:
         event = await self.queue.get()
         if event is None:
             raise StopAsyncIteration
-        return event
+        return event if self.view is None else self.view(event)
 
     async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         return await asyncio.wait_for(self.__anext__(), timeout)
@@ -68,8 +71,8 @@ class EventHub:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.seq = 0
 
-    def subscribe(self) -> Subscription:
-        sub = Subscription(self, self.maxsize)
+    def subscribe(self, view: View | None = None) -> Subscription:
+        sub = Subscription(self, self.maxsize, view)
         self.subscribers.add(sub)
         return sub
 

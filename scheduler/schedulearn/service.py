@@ -111,6 +111,10 @@ class Settings:
     node_name: str = field(default_factory=socket.gethostname)
     #: a user may cancel only their own jobs (jobs without a user are anyone's)
     check_owner: bool = True
+    #: the shared set-up (`schedulearn serve --tokens`): a job's environment values, script, log
+    #: and result are its user's alone (others see it in the queue, its command included, as `ps`
+    #: shows a process; not what `/proc/<pid>/environ` or its private directory hold)
+    private_jobs: bool = False
     #: the shared set-up: each user's jobs run as the OS account this maps them to (the server
     #: must be root); None: every job runs as the server's account
     user_map: UserMap | None = None
@@ -178,17 +182,31 @@ class Manager(Protocol):
     async def gpus(self) -> dict[str, Any]: ...
     async def submit(self, data: Any, user: str) -> dict[str, Any]: ...
     async def list_jobs(self, state: str | None = None, user: str | None = None,
-                        limit: Any = None) -> dict[str, Any]: ...
+                        limit: Any = None, viewer: str | None = None) -> dict[str, Any]: ...
     async def list_jobs_json(self, state: str | None = None, user: str | None = None,
-                             limit: Any = None) -> str: ...
-    async def get_job(self, job_id: Any) -> dict[str, Any]: ...
+                             limit: Any = None, viewer: str | None = None) -> str: ...
+    async def get_job(self, job_id: Any, viewer: str | None = None) -> dict[str, Any]: ...
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]: ...
+    async def check_reader(self, job_id: Any, viewer: str) -> None: ...
     async def logs(self, job_id: Any, tail: Any = None) -> str: ...
     async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]: ...
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
     async def result(self, job_id: Any) -> AsyncIterator[bytes]: ...
-    async def subscribe(self) -> EventStream: ...
+    async def subscribe(self, viewer: str | None = None) -> EventStream: ...
     async def hello(self) -> dict[str, Any]: ...
+
+
+HIDDEN = "(hidden)"
+
+
+def hide_private(d: dict[str, Any]) -> dict[str, Any]:
+    """A job dict as another user of a shared scheduler sees it: its environment's names without
+    their values, and no script (`Settings.private_jobs`)."""
+    spec = dict(d.get("spec") or {})
+    spec["env"] = dict.fromkeys(spec.get("env") or {}, HIDDEN)
+    if spec.get("script") is not None:
+        spec["script"] = HIDDEN
+    return {**d, "spec": spec, "private": True}
 
 
 class SchedulerService:
@@ -405,12 +423,20 @@ class SchedulerService:
                                 "give a command or a script")
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
-                        limit: Any = None) -> dict[str, Any]:
+                        limit: Any = None, viewer: str | None = None) -> dict[str, Any]:
         now = self.engine.clock()
-        return {"jobs": [self.engine.job_dict(j, now) for j in self._select(state, user, limit)]}
+        return {"jobs": [self._shown(self.engine.job_dict(j, now), viewer)
+                         for j in self._select(state, user, limit)]}
+
+    def _hidden_from(self, owner: str, viewer: str | None) -> bool:
+        """Whether a job of `owner` keeps its private parts from `viewer` (None: the server)."""
+        return bool(self.settings.private_jobs and viewer is not None and owner and viewer != owner)
+
+    def _shown(self, d: dict[str, Any], viewer: str | None) -> dict[str, Any]:
+        return hide_private(d) if self._hidden_from(d.get("user", ""), viewer) else d
 
     async def list_jobs_json(self, state: str | None = None, user: str | None = None,
-                             limit: Any = None) -> str:
+                             limit: Any = None, viewer: str | None = None) -> str:
         """`list_jobs` as JSON text, from per-job fragments cached while a job does not change
         (queued and finished jobs' dicts do not depend on the time): listing 10,000 jobs costs
         a join instead of 10,000 `to_dict`s and a 4 MB `json.dumps`."""
@@ -418,16 +444,19 @@ class SchedulerService:
         cache = self._json_cache
         parts = []
         for j in self._select(state, user, limit):
+            hidden = self._hidden_from(j.spec.user, viewer)
             if j.state is JobState.running:
-                parts.append(json.dumps(self.engine.job_dict(j, now)))
+                d = self.engine.job_dict(j, now)
+                parts.append(json.dumps(hide_private(d) if hidden else d))
                 continue
             queued = j.state is JobState.queued and j.stopping is None
             reason = self.engine.waiting_reason(j) if queued else j.reason  # a wait's changes
             key = (j.state, j.restarts, j.start_time, j.end_time, j.exit_code, reason, j.attained_base,
                    j.run_base, len(j.alloc))
-            hit = cache.get(j.id)
+            hit = cache.get((j.id, hidden))
             if hit is None or hit[0] != key:
-                hit = cache[j.id] = (key, json.dumps(self.engine.job_dict(j, now)))
+                d = self.engine.job_dict(j, now)
+                hit = cache[(j.id, hidden)] = (key, json.dumps(hide_private(d) if hidden else d))
             parts.append(hit[1])
         return '{"jobs": [' + ", ".join(parts) + "]}"
 
@@ -455,8 +484,15 @@ class SchedulerService:
         except JobNotFound as e:
             raise NotFound(str(e)) from None
 
-    async def get_job(self, job_id: Any) -> dict[str, Any]:
-        return self.engine.job_dict(self._job(job_id), self.engine.clock())
+    async def get_job(self, job_id: Any, viewer: str | None = None) -> dict[str, Any]:
+        return self._shown(self.engine.job_dict(self._job(job_id), self.engine.clock()), viewer)
+
+    async def check_reader(self, job_id: Any, viewer: str) -> None:
+        """403 unless `viewer` may read the job's log and result (`Settings.private_jobs`)."""
+        job = self._job(job_id)
+        if self._hidden_from(job.spec.user, viewer):
+            raise Forbidden(f"job {job.id}: belongs to {job.spec.user!r}; only they may read its log "
+                            "and result")
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
         job = self._job(job_id)
@@ -504,8 +540,15 @@ class SchedulerService:
         except ResultError as e:
             raise ApiError(str(e), 500) from None
 
-    async def subscribe(self) -> Subscription:
-        return self.hub.subscribe()
+    async def subscribe(self, viewer: str | None = None) -> Subscription:
+        def view(event: dict[str, Any]) -> dict[str, Any]:
+            job = event.get("job")
+            if job is not None and event.get("type") == "job" and self._hidden_from(job.get("user", ""),
+                                                                                     viewer):
+                return {**event, "job": hide_private(job)}
+            return event
+
+        return self.hub.subscribe(view if self.settings.private_jobs else None)
 
     async def hello(self) -> dict[str, Any]:
         """The first message on the events socket: where things stand."""
@@ -545,14 +588,17 @@ class Unavailable:
         raise self._refuse()
 
     async def list_jobs(self, state: str | None = None, user: str | None = None,
-                        limit: Any = None) -> dict[str, Any]:
+                        limit: Any = None, viewer: str | None = None) -> dict[str, Any]:
         raise self._refuse()
 
     async def list_jobs_json(self, state: str | None = None, user: str | None = None,
-                             limit: Any = None) -> str:
+                             limit: Any = None, viewer: str | None = None) -> str:
         raise self._refuse()
 
-    async def get_job(self, job_id: Any) -> dict[str, Any]:
+    async def get_job(self, job_id: Any, viewer: str | None = None) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def check_reader(self, job_id: Any, viewer: str) -> None:
         raise self._refuse()
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
@@ -570,7 +616,7 @@ class Unavailable:
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
         raise self._refuse()
 
-    async def subscribe(self) -> EventStream:
+    async def subscribe(self, viewer: str | None = None) -> EventStream:
         raise self._refuse()
 
     async def hello(self) -> dict[str, Any]:

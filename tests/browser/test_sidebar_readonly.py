@@ -18,7 +18,7 @@ from schedulearn.client import Client
 from tests.conftest import ROOT
 from tests.fixtures.jupyter import free_port, wait_http
 
-from .test_sidebar import open_sidebar, wait_until
+from .test_sidebar import open_sidebar, row, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -71,3 +71,26 @@ def test_policy_selector_is_read_only_for_a_non_admin(lab_page: Any, shared_serv
     lab_page.evaluate("() => window.jupyterapp.commands.execute('schedulearn:refresh')")
     wait_until(lambda: select.get_attribute("data-policy") == "las", what="the admin's switch")
     assert select.input_value() == "las" and select.is_disabled()
+
+
+def test_another_users_job_cannot_be_cancelled_or_its_log_read_from_the_sidebar(
+        lab_page: Any, shared_serve: str, shot: Any) -> None:
+    """On a shared scheduler a job's log is its user's (403 for others), and so is cancelling
+    it: the sidebar showed both buttons on everyone's jobs, and each click ended in an error."""
+    theirs = Client(shared_serve, "carol-token").submit({"name": "carols", "duration": 3600.0,
+                                                         "env": {"API_KEY": "carol's"}})
+    mine = Client(shared_serve, "alice-token").submit({"name": "alices", "duration": 3600.0})
+    open_sidebar(lab_page)
+    lab_page.evaluate("() => window.jupyterapp.commands.execute('schedulearn:refresh')")
+    wait_until(lambda: row(lab_page, theirs["id"]).count() and row(lab_page, mine["id"]).count(),
+               what="both jobs in the panel")
+    other, own = row(lab_page, theirs["id"]), row(lab_page, mine["id"])
+    assert other.locator("button.jp-schedulearn-cancel").is_disabled()
+    assert other.locator("button.jp-schedulearn-cancel").get_attribute("title") == \
+        f"Job #{theirs['id']} is carol's: only they may cancel it"
+    assert other.locator("button.jp-schedulearn-logs").is_disabled()
+    assert other.locator("button.jp-schedulearn-logs").get_attribute("title") == \
+        f"Job #{theirs['id']} is carol's: only they may read its log"
+    assert own.locator("button.jp-schedulearn-cancel").is_enabled()
+    assert own.locator("button.jp-schedulearn-logs").is_enabled()
+    shot(lab_page, "sidebar-another-users-job", other)

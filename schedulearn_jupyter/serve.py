@@ -287,6 +287,25 @@ def private_store(store: Any) -> None:
             pass
 
 
+def warn_unusable_accounts(manager: Any, settings: Settings, tokens: dict[str, str]) -> None:
+    """A warning for each account whose jobs cannot start here (`Executor.account_problem`:
+    with the local executor, this Python unreadable by it), said before a user finds out."""
+    from schedulearn.accounts import NoAccount
+
+    seen: dict[str, list[str]] = {}
+    for user in sorted(set(tokens.values())):
+        try:
+            seen.setdefault(settings.user_map.account(user).name, []).append(user)
+        except NoAccount:
+            pass  # said above: their jobs are refused
+    for name, users in seen.items():
+        problem = manager.executor.account_problem(settings.user_map.account(users[0]))
+        if problem:
+            log.warning("schedulearn: the jobs of %s (OS account %s) cannot start: %s; install the "
+                        "environment where the accounts can read it (docs/server.md)",
+                        ", ".join(users), name, problem)
+
+
 async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
                 ready: Any = None, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM). `ready(manager, port)` is called once it
@@ -321,6 +340,7 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
         unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})
         log.info("schedulearn: jobs run as their users' OS accounts (%s)%s", settings.user_map,
                  f"; no account for {', '.join(unmapped)}: their jobs are refused" if unmapped else "")
+        await asyncio.to_thread(warn_unusable_accounts, manager, settings, tokens)
     if settings.admins is not None:
         log.info("schedulearn: the policy may be switched by %s", ", ".join(settings.admins) or "nobody")
     if ready is not None:

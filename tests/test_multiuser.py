@@ -12,6 +12,7 @@ user map, non-root server) and the user map's parsing.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -347,3 +348,36 @@ def test_user_map_parsing():
     me = pwd.getpwuid(os.geteuid()).pw_name
     if os.geteuid() != 0:
         assert UserMap.parse("same").account(me).uid == os.geteuid()
+
+
+def test_an_account_that_cannot_run_the_jobs_python_is_named_at_start(
+        accounts: dict[str, Account], home: Path, python: str, caplog):
+    """A virtualenv under /root (mode 0700) runs the server, but no job of a mapped account: each
+    failed with `/srv/jobs/1/exit_code: 1: python: Permission denied`. The server now says so
+    in its log at start, per account, before any user submits."""
+    from types import SimpleNamespace
+
+    from schedulearn.accounts import UserMap
+    from schedulearn.executors.launch import RUNNER
+    from schedulearn.executors.local import LocalExecutor
+    from schedulearn.service import Settings
+
+    from schedulearn_jupyter.serve import warn_unusable_accounts
+
+    alice = accounts["alice"]
+    private = home / "private"
+    private.mkdir(mode=0o700)
+    hidden = private / "python3"
+    hidden.symlink_to(python)
+    ex = LocalExecutor(home / "jobs", python=str(hidden))
+    assert ex.account_problem(alice) == f"it cannot run {hidden} (Permission denied)"
+    settings = Settings(user_map=UserMap({"alice": alice.name, "bob": accounts["bob"].name}))
+    with caplog.at_level(logging.WARNING, logger="schedulearn.serve"):
+        warn_unusable_accounts(SimpleNamespace(executor=ex), settings, {"a": "alice", "c": "carol"})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"schedulearn: the jobs of alice (OS account {alice.name}) cannot start: it cannot run {hidden} "
+        "(Permission denied); install the environment where the accounts can read it (docs/server.md)"]
+    # an interpreter the account may run: fine where it can read the job runner too
+    readable = subprocess.run(["test", "-r", RUNNER], cwd="/", **alice.popen_kwargs()).returncode == 0
+    problem = LocalExecutor(home / "jobs2", python=python).account_problem(alice)
+    assert problem == (None if readable else f"it cannot read the job runner {RUNNER}")

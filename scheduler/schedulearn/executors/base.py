@@ -135,6 +135,11 @@ class Executor:
     def close(self) -> None:
         """Release resources (not the jobs: they go on running where that is possible)."""
 
+    def account_problem(self, account: Any) -> str | None:
+        """Why jobs run as `account` (`accounts.Account`, the shared set-up) cannot start here,
+        or None: checked once at start-up, so the operator learns it before a user does."""
+        return None
+
     # -- what the API reads ----------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         """The nodes this executor can run jobs on, read now. The default: its `inventory`

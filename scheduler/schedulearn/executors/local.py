@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import joblogs, nofollow, pauses
 from ..inventory import Inventory
@@ -42,6 +42,7 @@ from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
 from .launch import (
+    RUNNER,
     WORKERS_DIR,
     build_workers,
     check_command,
@@ -124,6 +125,26 @@ class LocalExecutor(RunExecutor):
             return False  # its pid file was written but the gate closed (or the host rebooted)
         self._find_run(job)  # ended while the server was down: reports that exit
         return True
+
+    def account_problem(self, account: Any) -> str | None:
+        """Whether `account` can run the jobs' Python and read the job runner, as its jobs must
+        (this Python may live where only root can read, e.g. a virtualenv under /root: every
+        Python job of that account then failed with `python: Permission denied`)."""
+        env = job_environment({}, python=self.python, pythonpath=_PACKAGE_ROOT, home=account.home,
+                              user=account.name)
+        probe = "import os, sys; sys.exit(0 if os.access(sys.argv[1], os.R_OK) else 3)"
+        try:
+            p = subprocess.run([self.python, "-c", probe, RUNNER], cwd="/", env=env, capture_output=True,
+                               text=True, timeout=60, **account.popen_kwargs())
+        except OSError as e:
+            return f"it cannot run {self.python} ({e.strerror})"
+        except subprocess.TimeoutExpired:
+            return f"{self.python} did not start in 60 s as that account"
+        if p.returncode == 3:
+            return f"it cannot read the job runner {RUNNER}"
+        if p.returncode != 0:
+            return f"{self.python} fails as that account ({(p.stderr.strip().splitlines() or ['?'])[-1]})"
+        return None
 
     # -- beyond the Executor interface -------------------------------------------------------------
     def pid(self, job_id: int) -> int | None:

@@ -69,8 +69,8 @@ JOB = {
                         "description": "how late a job that finished after its deadline was"},
         "private": {"type": "boolean",
                     "description": "another user's job on a shared scheduler (serve --tokens): its "
-                                   "spec's env values and script read '(hidden)', and its log and "
-                                   "result answer 403"},
+                                   "spec's env values, script and a failed run's reason read "
+                                   "'(hidden)', and its log and result answer 403"},
     },
 }
 

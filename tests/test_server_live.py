@@ -348,6 +348,10 @@ def test_a_shared_schedulers_jobs_keep_their_environment_log_and_result_from_oth
         with pytest.raises(ClientError) as e:
             read(job_id)
         assert e.value.status == 403 and "only they may read its log and result" in str(e.value)
+    failed = alice.submit({"command": [sys.executable, "-c", "raise SystemExit('token=s3cret is wrong')"]})
+    wait_for(lambda: alice.job(failed["id"])["state"] == "failed")
+    assert "s3cret" in alice.job(failed["id"])["reason"]  # a failure's reason quotes the log:
+    assert bob.job(failed["id"])["reason"] == "(hidden)"  # hers too
 
 
 def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path):

@@ -76,7 +76,7 @@ def test_a_policy_switched_at_run_time_outlives_a_restart_and_the_log_says_so(tm
         await m.stop()
         m = sim_manager(tmp_path, default_policy="qoe")
         assert m.engine.policy.name == "las"
-        assert m.policy_note() == ("policy las (switched at run time and kept in the store; "
+        assert m.policy_note() == ("policy las (kept in the store from an earlier start or a switch; "
                                    "the configured qoe applies only to a new store)")
         await m.stop()
         m = sim_manager(tmp_path / "new", default_policy="qoe")

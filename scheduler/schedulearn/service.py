@@ -329,7 +329,7 @@ class SchedulerService:
         name = self.engine.policy.name
         if name == self.settings.default_policy:
             return f"policy {name}"
-        return (f"policy {name} (switched at run time and kept in the store; the configured "
+        return (f"policy {name} (kept in the store from an earlier start or a switch; the configured "
                 f"{self.settings.default_policy} applies only to a new store)")
 
     # -- the API ------------------------------------------------------------------------------

@@ -38,9 +38,9 @@ def _spec() -> JobSpec:
     return JobSpec(name="train", user="ana", command=["train"], gpus="auto", max_gpus=16, batch_size=B)
 
 
-def _run_reports(upto: float = 1.0, t0: float = 0.0) -> list[dict]:
+def _run_reports(upto: float = 1.0, t0: float = 0.0, k: float = K) -> list[dict]:
     """Reports of a run of the recipe: the first half on 4 GPUs with EARLY statistics, the second
-    on 8 with LATE ones, every 5 % of progress, at the pace its goodput sets (K per unit)."""
+    on 8 with LATE ones, every 5 % of progress, at the pace its goodput sets (`k` per unit)."""
     out, t, p = [], t0, 0.0
     while p < upto - 1e-9:
         if p:
@@ -51,7 +51,7 @@ def _run_reports(upto: float = 1.0, t0: float = 0.0) -> list[dict]:
                     "step_time": _step(n), "init_batch_size": B0, "max_batch_size": B,
                     "grad_sqr": grad[0], "grad_var": grad[1]})
         n_next, g_next = (4, EARLY) if p < 0.5 - 1e-9 else (8, LATE)
-        t += 0.05 * K / _goodput(n_next, g_next)
+        t += 0.05 * k / _goodput(n_next, g_next)
         p = round(p + 0.05, 10)
     n, grad = (8, LATE) if upto > 0.5 else (4, EARLY)
     out.append({"t": t, "progress": upto, "num_gpus": n, "num_nodes": -(-n // 4), "batch_size": B,
@@ -105,6 +105,29 @@ def test_a_family_tells_a_young_job_how_its_run_goes():
     other = Job(id=4, spec=_spec(), submit_time=0.0)
     ingest(other, _run_reports(upto=0.05))
     assert path_times(other, estimate(other, 0.0, fresh), 8, 4, 0.0) is None
+
+
+def test_a_job_whose_progress_costs_more_than_its_familys_follows_its_own_pace():
+    """The same cell run again with twice the epochs: each unit of its progress costs twice the
+    work. Its time left followed the family's work per unit for the whole run (the docstring
+    said it blended in the job's own); now the job's measured stretches take over as its
+    progress reaches TRUST_PROGRESS."""
+    from schedulearn.estimates.deadline import TRUST_PROGRESS
+
+    history = family_history()
+    for upto, trust in ((0.05, 0.05 / TRUST_PROGRESS), (0.4, 1.0)):
+        longer = Job(id=2, spec=_spec(), submit_time=0.0)
+        ingest(longer, _run_reports(upto=upto, k=2 * K))
+        times = path_times(longer, estimate(longer, 0.0, history), 8, 4, 0.0)
+        at_family = K * ((0.5 - min(upto, 0.5)) / _goodput(8, EARLY)
+                         + (1 - max(upto, 0.5)) / _goodput(8, LATE))
+        assert times[8] == pytest.approx(at_family * (1 + trust), rel=0.02)
+    at_family = K * (0.1 / _goodput(8, EARLY) + 0.5 / _goodput(8, LATE))
+    for k in (K, 1.2 * K):  # a run like the family's (within LIKE_FAMILY): the family's
+        same = Job(id=3, spec=_spec(), submit_time=0.0)
+        ingest(same, _run_reports(upto=0.4, k=k))
+        times = path_times(same, estimate(same, 0.0, history), 8, 4, 0.0)
+        assert times[8] == pytest.approx(at_family, rel=0.01)
 
 
 def test_a_job_without_statistics_of_its_own_is_judged_by_its_familys():

@@ -38,6 +38,9 @@ RESTART_S = 30.0
 TRUST_PROGRESS = 0.3
 #: the history's prediction counts only within this factor of the job's own rate's
 AGREE = 4.0
+#: a job whose measured work per unit of progress is within this factor of its family's runs
+#: like them (its own stretches are short and noisy); beyond, its own pace takes over
+LIKE_FAMILY = 1.5
 #: how far the expected speed-up lies towards throughput's at the start (see `expected_curve`);
 #: less by the job's progress, today's from this progress on
 EFFICIENCY_GROWTH = 0.7
@@ -185,10 +188,11 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
     prior = est.prior
     if prior is None or not prior.grad_path or not prior.work_path or est.perf is None or top < 1:
         return None
+    scale = own_work_scale(est.st.get("path_work") or {}, prior.work_path)
     p = est.progress or 0.0
     last = est.st.get("last")
     if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
-        k = nearest(prior.work_path, path_bin(p))
+        k = scale * nearest(prior.work_path, path_bin(p))
         p = min(p + (now - last[0]) * est.goodput(placement_shape(job.alloc)) / k, 1.0)
     cache = est.path_goodputs
     total = np.zeros(top)
@@ -203,5 +207,23 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
         if g is None:
             grad = est.grad if own_now else nearest(prior.grad_path, b)
             g = cache[key] = est.goodputs(top, per_node, grad)
-        total += frac * nearest(prior.work_path, b) / np.where(g > 0, g, np.nan)
+        total += frac * scale * nearest(prior.work_path, b) / np.where(g > 0, g, np.nan)
     return [math.inf] + [x if math.isfinite(x) else math.inf for x in total.tolist()]
+
+
+def own_work_scale(own: dict[str, list], family: dict[int, float]) -> float:
+    """How much more (or less) work a unit of progress costs this job than its family's runs:
+    the work its own reported stretches cost (`path_work`: goodput-seconds, progress) over what
+    the family's would have cost for them, trusted as its measured progress reaches
+    `TRUST_PROGRESS` (1 before any, and while within `LIKE_FAMILY` of the family's). Live, a
+    family is a notebook cell of one user: run again with twice the epochs, a unit of its
+    progress costs twice the work."""
+    work = expected = done = 0.0
+    for key, (w, dp) in own.items():
+        work += w
+        done += dp
+        expected += dp * nearest(family, int(key))
+    if done <= 0 or expected <= 0 or work <= 0 or 1 / LIKE_FAMILY <= work / expected <= LIKE_FAMILY:
+        return 1.0  # a run like the family's: theirs, measured over whole runs, is the better guide
+    trust = min(done / TRUST_PROGRESS, 1.0)
+    return 1.0 - trust + trust * work / expected

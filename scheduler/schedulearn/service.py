@@ -249,7 +249,7 @@ class SchedulerService:
         self.hub = EventHub()
         self.engine.listeners.append(self._on_engine_event)
         self._tasks: list[asyncio.Task] = []
-        self._json_cache: dict[int, tuple[tuple, str]] = {}
+        self._json_cache: dict[tuple[int, bool], tuple[tuple, str]] = {}  # (job id, private) -> (key, JSON)
         self.started = False
 
     # -- life cycle ---------------------------------------------------------------------------

@@ -292,18 +292,18 @@ def warn_unusable_accounts(manager: Any, settings: Settings, tokens: dict[str, s
     with the local executor, this Python unreadable by it), said before a user finds out."""
     from schedulearn.accounts import NoAccount
 
-    seen: dict[str, list[str]] = {}
+    users_of: dict[Any, list[str]] = {}  # account -> its users (each account checked once)
     for user in sorted(set(tokens.values())):
         try:
-            seen.setdefault(settings.user_map.account(user).name, []).append(user)
+            users_of.setdefault(settings.user_map.account(user), []).append(user)
         except NoAccount:
             pass  # said above: their jobs are refused
-    for name, users in seen.items():
-        problem = manager.executor.account_problem(settings.user_map.account(users[0]))
+    for account, users in users_of.items():
+        problem = manager.executor.account_problem(account)
         if problem:
             log.warning("schedulearn: the jobs of %s (OS account %s) cannot start: %s; install the "
                         "environment where the accounts can read it (docs/server.md)",
-                        ", ".join(users), name, problem)
+                        ", ".join(users), account.name, problem)
 
 
 async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int, base_url: str = "/",

@@ -600,6 +600,11 @@ def test_command_check_and_exit_code_wrapper(tmp_path):
     check_command(["sh"], os.environ["PATH"], tmp_path)
     code = subprocess.run(wrap_exit_code(["sh", "-c", "exit 7"], tmp_path / "rc")).returncode
     assert code == 7 and (tmp_path / "rc").read_text().strip() == "7"
+    # A command the shell cannot run is named as the job's, not as the exit-code file's.
+    ran = subprocess.run(wrap_exit_code(["nope-xyz"], tmp_path / "rc2"), capture_output=True, text=True)
+    assert ran.returncode == 127 and (tmp_path / "rc2").read_text().strip() == "127"
+    assert ran.stderr.startswith("schedulearn-job: ") and "nope-xyz" in ran.stderr
+    assert str(tmp_path) not in ran.stderr
 
 
 def test_failure_reason_picks_the_exception_line():

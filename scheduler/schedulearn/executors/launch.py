@@ -399,6 +399,8 @@ def wrap_exit_code(argv: list[str], exit_file: str | Path) -> list[str]:
 
     The wrapper keeps a SIGTERM trap so that it outlives the command and writes the status even
     when the job is stopped; the command itself gets default signal dispositions. A job started
-    before a server restart can then report its real exit code to the next server."""
-    script = 'trap : TERM INT; "$@"; rc=$?; echo $rc > "$0"; exit $rc'
-    return ["/bin/sh", "-c", script, str(exit_file), *argv]
+    before a server restart can then report its real exit code to the next server. The shell's
+    `$0` is `schedulearn-job`, so a command it cannot run reads `schedulearn-job: 1: python: not
+    found` in the job's log (it named the exit-code file before)."""
+    script = 'f=$1; shift; trap : TERM INT; "$@"; rc=$?; echo $rc > "$f"; exit $rc'
+    return ["/bin/sh", "-c", script, "schedulearn-job", str(exit_file), *argv]

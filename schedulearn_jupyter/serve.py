@@ -354,7 +354,8 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
 
 def run_from_args(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin at import
+    for name in ("alembic.runtime.plugins", "alembic.runtime.migration"):  # a line per plugin at import;
+        logging.getLogger(name).setLevel(logging.WARNING)  # per revision (the store logs one line)
     try:
         tokens = load_tokens(args)
         generated = None

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from schedulearn.client import Client, ClientError, LogReader
 from schedulearn.executors.local import PID_FILE
+from schedulearn.store import migrate
 
 from tests.fixtures.jupyter import ROOT, LiveServer, free_port, wait_http
 
@@ -264,7 +265,9 @@ def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
          "--job-root", str(tmp_path / "jobs")],
         stderr=subprocess.PIPE, text=True, env=env)
     try:
+        said = []
         for line in proc.stderr:  # (the log lines, then where the API is)
+            said.append(line)
             found = re.match(r"schedulearn: API at http://127\.0\.0\.1:(\d+)/schedulearn/api/$", line.strip())
             if found:
                 break
@@ -272,6 +275,10 @@ def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
             pytest.fail(f"serve exited ({proc.wait()}) without saying where it listens")
         port = int(found.group(1))
         assert port != 0
+        # A new store is one line, not alembic's line per revision (some of them several lines long)
+        start = "".join(said)
+        assert f"store: schema created (revision {migrate.head()})" in start, start
+        assert "Running upgrade" not in start and "Context impl" not in start, start
         assert Client(f"http://127.0.0.1:{port}/", "t").policy() == "fifo"
     finally:
         proc.terminate()

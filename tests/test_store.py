@@ -4,6 +4,7 @@ server (tests/fixtures/postgres.py), alone and under the engine."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import threading
 
@@ -194,6 +195,23 @@ def test_migrations_produce_the_schema_the_code_uses(store):
         assert {"jobs", "events", "settings", VERSION_TABLE} <= set(sa.inspect(conn).get_table_names())
     again = SqlStore(store._engine.url.render_as_string(hide_password=False))  # reopen: no-op
     again.close()
+
+
+def test_a_schema_change_is_logged_once(tmp_path, caplog):
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    with caplog.at_level(logging.INFO, logger="schedulearn.store"):
+        SqlStore(url).close()  # a new database
+        (tmp_path / "jobs.db").unlink()
+        eng = sa.create_engine(url)
+        with eng.begin() as conn:
+            migrate.upgrade(conn, "0001")  # one an older schedulearn made
+        eng.dispose()
+        SqlStore(url).close()  # upgraded
+        SqlStore(url).close()  # at head: nothing to say
+    said = [r.getMessage() for r in caplog.records if r.name == "schedulearn.store"]
+    assert said == [f"store: schema created (revision {migrate.head()})",
+                    "store: schema created (revision 0001)",
+                    f"store: schema upgraded from revision 0001 to {migrate.head()}"]
 
 
 def test_unknown_schema_revision_is_refused(tmp_path):

@@ -11,6 +11,7 @@ it. `compare(connection)` lists what differs between a database and `schema.meta
 
 from __future__ import annotations
 
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ from alembic.script import ScriptDirectory
 from .schema import VERSION_TABLE, metadata
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+log = logging.getLogger("schedulearn.store")
 
 
 class SchemaError(RuntimeError):
@@ -68,6 +70,9 @@ def upgrade(conn: sa.Connection, revision: str = "head") -> None:
     if now == script.get_current_head() and revision == "head":
         return
     command.upgrade(config(conn), revision)
+    done = current(conn)
+    log.info("store: schema %s", f"created (revision {done})" if now is None
+             else f"upgraded from revision {now} to {done}")
 
 
 def compare(connection: sa.Connection) -> list[Any]:

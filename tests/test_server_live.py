@@ -112,6 +112,13 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     unknown = cli(env, "cancel", "999999", check=False)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
     assert unknown.stderr.startswith("schedulearn: job: no job with id") and unknown.stderr.count("job") == 2
+    # a job that failed at start has an empty log: `logs` says why on stderr
+    broken = json.loads(cli(env, "submit", "--json", "--", "nope-xyz-cmd").stdout)
+    wait_for(lambda: Client(live_server.url, live_server.token).job(broken["id"])["state"] == "failed")
+    empty = cli(env, "logs", str(broken["id"]))
+    assert empty.stdout == "" and empty.stderr == (
+        f"schedulearn: job {broken['id']} has no log: it failed without writing any "
+        "(command: 'nope-xyz-cmd' not found on PATH)\n"), empty.stderr
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedulearn.client import Client, ClientError
+from schedulearn.client import Client, ClientError, empty_log_note
 
 ServerError = ClientError
 
@@ -15,4 +15,4 @@ def connect(url: str | None = None, token: str | None = None) -> Any:
     return Client(url, token)
 
 
-__all__ = ["Client", "ServerError", "connect"]
+__all__ = ["Client", "ServerError", "connect", "empty_log_note"]

@@ -31,7 +31,7 @@ from schedulearn.model import JobSpec, SpecError, gpus_from_text
 from traitlets import Bool, Float, Int
 
 from . import bundle, views
-from ._client import ServerError, connect
+from ._client import ServerError, connect, empty_log_note
 from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
 from .watch import JobView, TextJobView, follow, follow_in_background, poll_job, queue_text, widgets_available
 
@@ -399,6 +399,8 @@ class SchedulearnMagics(Magics):
             print(f"(the last {lines:,} lines; %schedulearn logs {job_id} --all for all of it)")
         if text:
             print(text, end="" if text.endswith("\n") else "\n")
+        else:
+            print(f"({empty_log_note(self._call(self.client.job, job_id))})")
 
     def _cancel(self, rest: list[str]) -> None:
         job = self._call(self.client.cancel, self._job_id("cancel", rest))

@@ -216,6 +216,14 @@ class Client:
         return self.request("GET", "openapi.json")
 
 
+def empty_log_note(job: dict[str, Any]) -> str:
+    """Why a job's log is empty, from its dict: a job that failed at start never wrote one."""
+    why = {"queued": "it has not started yet", "running": "it has written nothing yet"}.get(
+        job["state"], f"it {job['state']} without writing any")
+    reason = f" ({job['reason']})" if job.get("reason") and job["state"] != "running" else ""
+    return f"job {job['id']} has no log: {why}{reason}"
+
+
 class LogReader:
     """A job's log, read on from where the last read stopped: each `read` returns what was
     written since (whole characters), a few pages at most, so that a poll costs what is new,

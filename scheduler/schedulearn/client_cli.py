@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import deadlines
-from .client import Client, ClientError, shown_gpus
+from .client import Client, ClientError, empty_log_note, shown_gpus
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
 COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus")
@@ -248,9 +248,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 sys.stdout.write(line)
                 sys.stdout.flush()
         else:
+            wrote = 0
             for chunk in client.log_bytes(args.job_id, args.tail):  # as it comes, byte for byte
                 sys.stdout.buffer.write(chunk)
+                wrote += len(chunk)
             sys.stdout.flush()
+            if not wrote:  # say why, on stderr: a job that failed at start has nothing here
+                print(f"schedulearn: {empty_log_note(client.job(args.job_id))}", file=sys.stderr)
     except ClientError as e:
         return _fail(str(e))
     except KeyboardInterrupt:

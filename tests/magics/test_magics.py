@@ -284,7 +284,7 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
 
 
-def test_logs_line_magic_shows_the_last_lines_unless_told(shell: InteractiveShell,
+def test_logs_line_magic_shows_the_last_lines_unless_told(shell: InteractiveShell, client: Client,
                                                           capsys: pytest.CaptureFixture) -> None:
     """`%schedulearn logs ID` prints the last 1,000 lines and says there is more (a log of
     gigabytes printed whole takes the notebook down); `--tail N` and `--all` say otherwise."""
@@ -306,6 +306,15 @@ def test_logs_line_magic_shows_the_last_lines_unless_told(shell: InteractiveShel
                           (f"{handle.id} 7", "expected a job id, then --tail N or --all, got")]:
         r = shell.run_cell(f"%schedulearn logs {line}")
         assert isinstance(r.error_in_exec, UsageError) and message in str(r.error_in_exec), r.error_in_exec
+    # a job that failed at start wrote no log: the magic says why instead of nothing
+    broken = client.submit({"command": ["nope-xyz-cmd"]})
+    deadline = time.monotonic() + 30
+    while client.job(broken["id"])["state"] != "failed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    capsys.readouterr()
+    shell.run_cell(f"%schedulearn logs {broken['id']}")
+    assert capsys.readouterr().out == (f"(job {broken['id']} has no log: it failed without writing any "
+                                       "(command: 'nope-xyz-cmd' not found on PATH))\n")
 
 
 @pytest.fixture

@@ -119,6 +119,10 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     assert empty.stdout == "" and empty.stderr == (
         f"schedulearn: job {broken['id']} has no log: it failed without writing any "
         "(command: 'nope-xyz-cmd' not found on PATH)\n"), empty.stderr
+    # `submit --wait` exits with the job's status, as `srun` does
+    for program, status in [("import sys; sys.exit(3)", 3), ("import os; os.kill(os.getpid(), 9)", 128 + 9)]:
+        ended = cli(env, "submit", "--wait", "--", sys.executable, "-c", program, check=False)
+        assert ended.returncode == status and "failed" in ended.stderr, ended
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job ")

@@ -54,7 +54,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
-    p.add_argument("--wait", action="store_true", help="follow the log until the job ends")
+    p.add_argument("--wait", action="store_true",
+                   help="follow the log until the job ends; exit with the job's status (0 if it "
+                        "succeeded, its exit code if it failed, 128+N for signal N, else 1)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command's argv")
     p.set_defaults(func=cmd_submit)
 
@@ -172,12 +174,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
             job = client.job(job["id"])
             print(f"job {job['id']}: {job['state']}" + (f" ({job['reason']})" if job.get("reason") else ""),
                   file=sys.stderr)
-            return 0 if job["state"] == "succeeded" else 1
+            return _wait_status(job)
     except ClientError as e:
         return _fail(str(e))
     except BrokenPipeError:  # `schedulearn submit --wait ... | head`
         return _reader_gone()
     return 0
+
+
+def _wait_status(job: dict[str, Any]) -> int:
+    """`submit --wait`'s exit status, as `srun` and `docker run` give theirs: 0 if the job
+    succeeded, its exit code if it failed with one, 128 + N if a signal N ended it, else 1
+    (cancelled, or it never started)."""
+    if job["state"] == "succeeded":
+        return 0
+    code = job.get("exit_code") if job["state"] == "failed" else None
+    if isinstance(code, int) and code > 0:
+        return min(code, 255)
+    if isinstance(code, int) and code < 0:
+        return min(128 - code, 255)
+    return 1
 
 
 def _reader_gone() -> int:

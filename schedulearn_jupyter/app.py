@@ -238,10 +238,12 @@ class _SchedulearnApp(ExtensionApp):
                 manager = Unavailable(f"{e} (then restart this server)")
             else:
                 self.log.info(
-                    "schedulearn: %s executor, %d GPUs on %d nodes, %s, store %s",
+                    "schedulearn: %s executor, %d GPUs on %d node(s), %s, store %s",
                     settings.executor, service.engine.total_gpus, len(service.nodes),
                     service.policy_note(), service.store.url if service.store is not None else "memory",
                 )
+                if note := service.no_gpus_note():  # every submission would be refused
+                    self.log.warning("schedulearn: %s", note)
                 manager = service
         self.manager = manager
         self.settings["schedulearn_manager"] = manager

@@ -103,7 +103,9 @@ NODES = {
             "healthy": {"type": "boolean"},
             "gpus": {"type": "array", "items": _ref("Gpu")},
         },
-    }}},
+    }}, "note": {"type": "string", "description": "Only when there are no GPUs: why, and how to "
+                                                   "declare virtual ones (every submission is refused "
+                                                   "until there are GPUs)"}},
 }
 
 JOB_ID = {"name": "job_id", "in": "path", "required": True,

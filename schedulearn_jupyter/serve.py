@@ -336,6 +336,8 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, %s, store %s",
              manager.engine.total_gpus, host, port, base_url, settings.executor, manager.policy_note(),
              manager.store.url if manager.store is not None else "memory")
+    if note := manager.no_gpus_note():  # every submission would be refused
+        log.warning("schedulearn: %s", note)
     if settings.switches_users:
         unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})
         log.info("schedulearn: jobs run as their users' OS accounts (%s)%s", settings.user_map,

@@ -245,4 +245,6 @@ def gpus_text(inventory: dict[str, Any]) -> str:
             if g.get("memory_total_mb"):
                 mem = f"  {g.get('memory_used_mb', 0)}/{g['memory_total_mb']} MiB"
             lines.append(f"  [{g.get('index')}] {g.get('name', '')}{mem}  {who}")
+    if inventory.get("note"):  # no GPUs: why, and what to do
+        lines.append(f"({inventory['note']})")
     return "\n".join(lines) or "no GPUs"

@@ -6,8 +6,12 @@ import { IJob, INode } from './types';
 export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
   const byId = new Map(jobs.map(j => [j.id, j]));
   const root = h('div', { class: 'jp-schedulearn-gpus' });
-  if (nodes.length === 0) {
-    root.append(h('div', { class: 'jp-schedulearn-empty' }, 'No GPUs found (configure virtual GPUs or hosts).'));
+  if (nodes.every(n => n.gpus.length === 0)) {
+    // (the server's log, `schedulearn gpus` and a refused submission say why)
+    root.append(
+      h('div', { class: 'jp-schedulearn-empty' },
+        'No GPUs: the scheduler has none now. On a machine without GPUs, start Jupyter with SCHEDULEARN_VIRTUAL_GPUS=4 to run jobs on 4 virtual ones.')
+    );
     return root;
   }
   for (const node of nodes) {

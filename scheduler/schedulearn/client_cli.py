@@ -351,6 +351,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
                          g["name"], mem, "-" if g["utilization"] is None else f"{g['utilization']:.0f}%",
                          str(g["job_id"]) if g["job_id"] is not None else "-"])
     _table(rows)
+    if data.get("note"):  # no GPUs: why, and what to do
+        print(f"({data['note']})")
     return 0
 
 

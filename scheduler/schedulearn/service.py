@@ -332,6 +332,19 @@ class SchedulerService:
         return (f"policy {name} (kept in the store from an earlier start or a switch; the configured "
                 f"{self.settings.default_policy} applies only to a new store)")
 
+    def no_gpus_note(self) -> str | None:
+        """Why this scheduler has no GPUs and what to do, or None when it has some: a machine
+        without NVIDIA GPUs (a laptop) runs jobs only on declared virtual GPUs."""
+        if self.engine.total_gpus:
+            return None
+        inventory = self.executor.inventory
+        if isinstance(inventory, HostInventory):
+            why = inventory.nvml_error or "NVML found none"
+            return (f"this scheduler has no GPUs: none on this host ({why}) and no virtual GPUs "
+                    f"declared; to run jobs without GPUs, start it with SCHEDULEARN_VIRTUAL_GPUS=4 "
+                    f"(serve --virtual-gpus 4, c.SchedulearnApp.virtual_gpus = 4)")
+        return f"this scheduler has no GPUs: its {self.settings.executor} executor's nodes have none now"
+
     # -- the API ------------------------------------------------------------------------------
     async def policies(self) -> list[dict[str, str]]:
         return policies.available()
@@ -386,7 +399,7 @@ class SchedulerService:
                 ],
             }
             for n in self.engine.nodes
-        ]}
+        ], **({"note": note} if (note := self.no_gpus_note()) else {})}
 
     async def submit(self, data: Any, user: str) -> dict[str, Any]:
         """Queue a job from a JobSpec dict; the caller's user name is recorded on it."""
@@ -405,6 +418,8 @@ class SchedulerService:
             if "deadline" in data:  # `2h`, `18:00`, ISO 8601: against the server's clock
                 data["deadline"] = deadlines.resolve(data["deadline"], self.engine.clock())
             spec = JobSpec.parse(data)
+            if note := self.no_gpus_note():  # (the engine's 'gpus: at most 0' says less)
+                raise SpecError(f"gpus: {note}")
             self._check_runnable(spec)
             _check_storable(spec)
             job = self.engine.submit(spec)

@@ -14,7 +14,9 @@ then goes on delivering widget clicks). Either way an interrupted wait ends the 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import inspect
 import os
 import re
 import shlex
@@ -426,8 +428,13 @@ class SchedulearnMagics(Magics):
         print(views.gpus_text(self._call(self.client.gpus)))
 
 
-# magic_arguments names the parser after the function; the cell magic is spelt with two %.
+# magic_arguments names the parser after the function; the cell magic is spelt with two %. Its
+# help is printed as argparse prints a command's (`usage: %%schedulearn …`): IPython's formatter
+# writes reST for docstrings (`::`, `<K=V>`) and adds a `%` of its own (`%%%schedulearn`).
 SchedulearnMagics.schedulearn.parser.prog = "%%schedulearn"
+SchedulearnMagics.schedulearn.parser.formatter_class = argparse.RawDescriptionHelpFormatter
+SchedulearnMagics.schedulearn.parser.description = inspect.cleandoc(
+    SchedulearnMagics.schedulearn.parser.description or "")
 
 
 def async_cell_transformer(lines: list[str]) -> list[str]:

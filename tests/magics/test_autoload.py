@@ -43,7 +43,10 @@ def test_a_fresh_kernel_has_the_magics_without_load_ext(
         # The options are there too (no server needed for --help).
         outputs.clear()
         kc.execute_interactive("%%schedulearn --help\npass", output_hook=hook, timeout=60)
-        assert "--launcher" in "".join(outputs) and "%%schedulearn" in "".join(outputs), outputs
+        said = "".join(outputs)
+        assert "--launcher" in said and said.startswith("usage: %%schedulearn [-h]"), outputs
+        assert "%%%" not in said and "::" not in said and "<K=V>" not in said, said  # not IPython's reST
+        assert "\ncell's value.\n\n    %%schedulearn --gpus 2" in said, said  # the description, dedented
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from schedulearn import policies
 from schedulearn.engine import Engine, JobFinished, JobNotFound
-from schedulearn.executors.base import ExecutorError
+from schedulearn.executors.base import Executor, ExecutorError
 from schedulearn.model import JobSpec, JobState, SpecError, virtual_cluster
 from schedulearn.policies.elastic_fifo import ElasticFifo
 from schedulearn.sim.executor import SimExecutor
@@ -115,6 +115,51 @@ def test_too_big_job_is_rejected_and_nothing_is_kept():
     with pytest.raises(SpecError, match="^gpus: at most 8"):
         e.submit(JobSpec(gpus="auto", min_gpus=9, duration=1))
     assert not e.jobs
+
+
+class Holding(Executor):
+    """Starts live jobs (a command) and keeps them running: where they were placed is what counts."""
+
+    def start(self, job, now):
+        pass
+
+    def stop(self, job, why, now):
+        self.engine.job_exited(job.id, None, "stopped")
+
+    def resize(self, job, old, now):
+        pass
+
+
+def test_a_python_job_is_placed_on_one_host_or_waits_and_says_so():
+    """A plain Python job is one process: spread over two hosts it could not start (the launcher
+    refused it, and the job failed). It waits for one host with room; an elastic one takes the
+    most one host has; one larger than every host is refused at submission."""
+    e = Engine(virtual_cluster(2, 4), "fifo", executor=Holding(), clock=lambda: 0.0)
+    a = e.submit(JobSpec(command=["a"], gpus=3), now=0)
+    b = e.submit(JobSpec(command=["b"], gpus=3), now=0)
+    e.round(0)
+    assert a.state is b.state is JobState.running and e.pool.total == 2  # one GPU free on each host
+    spread = e.submit(JobSpec(command=["d"], gpus=2, launcher="torchrun"), now=1)  # may span hosts
+    e.round(1)
+    assert spread.state is JobState.running and len(spread.alloc) == 2
+    e.cancel(spread.id, now=2)
+    c = e.submit(JobSpec(command=["c"], gpus=2), now=2)
+    e.round(2)
+    assert c.state is JobState.queued and c.alloc == {} and e.pool.total == 2
+    assert e.job_dict(c, 2)["reason"] == ("waiting: needs 2 GPUs on one host, at most 1 free on one (2 in "
+                                          "all); 1st in line of 1")
+    e.set_policy("elastic-fifo")
+    e.cancel(a.id, now=3)
+    e.round(3)
+    assert c.state is JobState.running and len(c.alloc) == 1 and c.size == 2
+    # 2 GPUs free on one host, 1 on the other: an elastic one wants 3 and takes the 2
+    elastic = e.submit(JobSpec(command=["e"], gpus=1, max_gpus=4), now=4)
+    e.round(4)
+    assert elastic.state is JobState.running and len(elastic.alloc) == 1 and elastic.size == 2
+    with pytest.raises(SpecError, match=r"^gpus: a python job is one process, on one host: at most 4 GPUs "
+                                        r"here \(the largest host\), got 5; the torchrun and horovod"):
+        e.submit(JobSpec(command=["x"], gpus=5))
+    e.submit(JobSpec(command=["x"], gpus=5, launcher="torchrun"))  # torchrun spans hosts
 
 
 class FailingExecutor(SimExecutor):

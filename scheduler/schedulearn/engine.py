@@ -183,6 +183,13 @@ class Engine:
         if spec.min_size > total or (spec.gpus != "auto" and int(spec.gpus) > total):
             got = spec.min_size if spec.gpus == "auto" else spec.gpus
             raise SpecError(f"gpus: at most {total} (the GPUs of this cluster), got {got}")
+        if spec.single_process:  # one process: on one host, whatever the cluster's total
+            host = max((len(n.gpus) for n in self.nodes if n.healthy), default=0)
+            got = spec.min_size if spec.gpus == "auto" else int(spec.gpus)
+            if got > host:
+                raise SpecError(f"gpus: a python job is one process, on one host: at most {host} GPUs "
+                                f"here (the largest host), got {got}; the torchrun and horovod launchers "
+                                "run on several hosts")
         now = self.clock() if now is None else now
         if spec.deadline is not None:
             deadlines.check(spec.deadline, now)
@@ -418,8 +425,13 @@ class Engine:
         `waiting: needs 3 GPUs, 2 free; 2nd in line of 4`."""
         need, free = job.spec.min_size, self.pool.total
         i = bisect_left(self._qkeys, (-job.spec.priority, job.id))
-        text = f"waiting: needs {need} GPU{'' if need == 1 else 's'}, {free} free; " \
-               f"{_ordinal(i + 1)} in line of {len(self._qkeys)}"
+        if job.spec.single_process and len(self.pool.order) > 1:  # one process: on one host
+            free = self.pool.most_on_one_host()
+            text = f"waiting: needs {need} GPU{'' if need == 1 else 's'} on one host, at most {free} free " \
+                   f"on one ({self.pool.total} in all)"
+        else:
+            text = f"waiting: needs {need} GPU{'' if need == 1 else 's'}, {free} free"
+        text += f"; {_ordinal(i + 1)} in line of {len(self._qkeys)}"
         if need <= free:  # it fits: the policy (or a round not run yet) holds it back
             text += f"; the {self.policy.name} policy starts it when it comes first"
         return text
@@ -522,7 +534,8 @@ class Engine:
             elif job in moving:
                 self._move(job, n, now, olds.get(job))
             elif n > size.get(job.id, n):
-                extra = policy.place(job, n - job.size, self.pool)
+                extra = self._one_host(job, n - job.size, policy.place(job, n - job.size, self.pool),
+                                       only=next(iter(job.alloc), None))
                 if extra is not None:
                     try:  # (a job resized in place keeps its slot order: new GPUs are new slots)
                         self._resize(job, (_append if job.spec.in_place else _plus)(job.alloc, extra), now)
@@ -541,7 +554,7 @@ class Engine:
         if old is None:
             old = job.alloc
             self.pool.give(old)
-        new = self.policy.move(job, n, self.pool) if n <= self.pool.total else None
+        new = self._one_host(job, n, self.policy.move(job, n, self.pool)) if n <= self.pool.total else None
         if new is None:  # (GPUs of stopping jobs not yet free) it stays, on what is still free
             new = self.pool.still_free(old)
             self.pool.take(new)
@@ -562,10 +575,27 @@ class Engine:
         self._untrack(job)
         self.executor.stop(job, "preempt", now)
 
+    def _one_host(self, job: Job, n: int, alloc: Allocation | None,
+                  only: str | None = None) -> Allocation | None:
+        """The policy's placement `alloc` of n GPUs, unless `job` is one process (plain Python,
+        `JobSpec.single_process`) and `alloc` is not on one host (or not on `only`, the host it
+        runs on): a process cannot span hosts. Then n GPUs on one host; failing that, an elastic
+        job takes the most one host has, down to its minimum (to grow: any, on its host); else
+        None (it waits)."""
+        if alloc is None or not job.spec.single_process or (
+                len(alloc) == 1 and (only is None or only in alloc)):
+            return alloc
+        self.pool.give(alloc)
+        if job.spec.elastic:
+            n = min(n, self.pool.count(only) if only is not None else self.pool.most_on_one_host())
+            if n < (1 if only is not None else job.spec.min_size):
+                return None
+        return self.pool.one_host(n, only)
+
     def _start(self, job: Job, n: int, now: float) -> None:
-        alloc = self.policy.place(job, n, self.pool)
+        alloc = self._one_host(job, n, self.policy.place(job, n, self.pool))
         if alloc is None:
-            return  # GPUs still held by stopping jobs: the next round places it
+            return  # GPUs still held by stopping jobs, or not on one host: a later round places it
 
         def starting(j: Job) -> None:
             j.set_alloc(alloc, now)

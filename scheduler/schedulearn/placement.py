@@ -102,6 +102,21 @@ class FreePool:
         self.take(alloc)
         return alloc
 
+    def one_host(self, n: int, only: str | None = None) -> Allocation | None:
+        """`n` GPUs on one host: the one with the fewest free GPUs that fits (`only` that host,
+        if given); None where no host has n free."""
+        name = only if only is not None and self.count(only) >= n else (
+            None if only is not None else self._smallest_fitting(n, exclude=()))
+        if name is None or n <= 0:
+            return None
+        alloc = {name: tuple(self.free[name][:n])}
+        self.take(alloc)
+        return alloc
+
+    def most_on_one_host(self) -> int:
+        """The most free GPUs any one host has."""
+        return next((k for k in range(len(self.buckets) - 1, 0, -1) if self.buckets[k]), 0)
+
     def _smallest_fitting(self, need: int, exclude) -> str | None:
         for k in range(need, len(self.buckets)):
             for name in self.buckets[k]:

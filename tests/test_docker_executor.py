@@ -18,9 +18,11 @@ import pytest
 from schedulearn import joblogs
 from schedulearn.accounts import Account, NoAccount
 from schedulearn.engine import Engine, RealClock
+from schedulearn.executors import registry
 from schedulearn.executors.docker import LABEL_JOB, DockerExecutor
 from schedulearn.executors.hosts import parse_hosts
 from schedulearn.model import Job, JobSpec, JobState
+from schedulearn.service import Settings
 
 from tests.fixtures.dockerd import ROOT
 
@@ -508,7 +510,45 @@ def test_resize_restarts_the_container_at_the_new_size_and_hides_the_old_exit(do
     asyncio.run(main())
 
 
+def test_the_servers_docker_settings_reach_every_container(dockerd, tmp_path):
+    """`serve --executor docker --docker-volume /data:/data:ro --docker-python …` (the settings
+    the extension's traits and the variables also set): a job reads the mounted data, with the
+    configured interpreter, and cannot write it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "hello.txt").write_text("mounted data\n")
+    settings = Settings(executor="docker", job_root=str(tmp_path / "jobs"), cancel_grace=5.0, options={
+        "docker_hosts": [f"h0={dockerd.url}?gpus=2"], "default_image": dockerd.image,
+        "docker_python": dockerd.python, "docker_volumes": [*dockerd.volumes, f"{data}:/data:ro"],
+        "docker_pull": "never"})
+    ex = registry.get("docker").make(settings)
+    assert ex.python == dockerd.python and ex.volumes[-1] == f"{data}:/data:ro"
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"name": "reads", "script": (
+                "import sys\nprint(open('/data/hello.txt').read().strip(), sys.executable, flush=True)\n"
+                "try:\n    open('/data/new.txt', 'w')\n"
+                "except OSError as e:\n    print('read-only:', e.errno)\n")})
+            await wait_for(final(eng, job.id), 60, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            text = ex.logs(job.id)
+            assert f"mounted data {dockerd.python}\n" in text and "read-only: 30\n" in text, text
+            assert not (data / "new.txt").exists()
+
+    asyncio.run(main())
+
+
 def test_bad_configuration_is_refused_with_one_line(tmp_path):
+    for bind in ("data:/data:ro", "/data", "/data:data", "/data:/data:rox", "/a:/b:ro:x", "./d:/d"):
+        if bind == "data:/data:ro":  # a volume's name is a source
+            assert DockerExecutor("a=unix:///x.sock", tmp_path, volumes=[bind]).volumes == [bind]
+            continue
+        with pytest.raises(ValueError, match=r"^docker_volumes: expected SRC:DST\[:ro\] .+, got '"):
+            DockerExecutor("a=unix:///x.sock", tmp_path, volumes=[bind])
+    with pytest.raises(ValueError, match=r"^docker_pull: expected one of never, missing, got 'always'$"):
+        registry.get("docker").make(Settings(executor="docker", job_root=str(tmp_path),
+                                             options={"docker_pull": "always"}))
     with pytest.raises(ValueError, match=r"^pull: expected one of never, missing, got 'always'$"):
         DockerExecutor("a=unix:///x.sock", tmp_path, pull="always")
     from schedulearn.model import SpecError

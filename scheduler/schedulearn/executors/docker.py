@@ -38,6 +38,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +78,8 @@ LABEL_RANK = "schedulearn.rank"
 LABEL_RESTART = "schedulearn.restart"
 LABEL_JOBDIR = "schedulearn.jobdir"
 PULL_POLICIES = ("never", "missing")
+_BIND_MODES = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared", "rslave", "rprivate", "nocopy"}
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _TAIL_LINES = 60
 
 
@@ -148,7 +151,7 @@ class DockerExecutor(RunExecutor):
         self.job_root.mkdir(parents=True, exist_ok=True)
         self.image = image
         self.python = python
-        self.volumes = list(volumes)
+        self.volumes = [check_volume(v) for v in volumes]
         self.env = dict(env or {})
         self.shm_size = shm_size
         self.user = user
@@ -964,11 +967,29 @@ def _pin_rendezvous_host(argv: list[str], rank: int) -> list[str]:
     return [f"{a},is_host={int(rank == 0)}" if a.startswith("--rdzv-conf=") else a for a in argv]
 
 
+def check_volume(bind: str) -> str:
+    """`bind` if Docker takes it as a bind: `SRC:DST[:MODE]`, SRC an absolute path or a volume's
+    name, DST an absolute path, MODE e.g. `ro` (each job's container would fail at start
+    otherwise); `ValueError`, one line, naming the setting."""
+    parts = bind.split(":")
+    modes = parts[2].split(",") if len(parts) == 3 else []
+    if not (2 <= len(parts) <= 3 and (parts[0].startswith("/") or _VOLUME_NAME.fullmatch(parts[0]))
+            and parts[1].startswith("/") and all(m in _BIND_MODES for m in modes)):
+        raise ValueError(f"docker_volumes: expected SRC:DST[:ro] (SRC an absolute path or a volume "
+                         f"name, DST an absolute path; MODE ro or rw), got {bind!r}")
+    return bind
+
+
 # -- the registration ------------------------------------------------------------------------------
 DOCKER_HOSTS = Option(
     "docker_hosts", [], "Docker daemons to run jobs on: URLs (unix://, tcp://host:port, ssh://user@host) "
     "or name=URL[?gpus=N] (default: this machine's daemon)", flag="--docker-host")
 DEFAULT_IMAGE = Option("default_image", "", "Docker image for jobs that name none")
+VOLUMES = Option("docker_volumes", [], "binds every job's containers get, SRC:DST[:ro] (datasets, a "
+                 "read-only code tree; SRC on every Docker host)", flag="--docker-volume")
+PYTHON = Option("docker_python", "python3", "the Python interpreter in the jobs' images")
+PULL = Option("docker_pull", "never", "pull a job's image onto a host that lacks it: never (a missing "
+              "image fails the job) or missing")
 
 
 def docker_hosts(settings: Settings) -> list[str]:
@@ -996,12 +1017,16 @@ def _host_name(url: str) -> str:
 
 
 def _make(settings: Settings) -> DockerExecutor:
+    get = settings.options.get
+    if (get(PULL.name) or PULL.default) not in PULL_POLICIES:
+        raise ValueError(f"docker_pull: expected one of {', '.join(PULL_POLICIES)}, got {get(PULL.name)!r}")
     return DockerExecutor(docker_hosts(settings), settings.job_root,
-                          image=settings.options.get(DEFAULT_IMAGE.name) or None,
+                          image=get(DEFAULT_IMAGE.name) or None, python=get(PYTHON.name) or PYTHON.default,
+                          volumes=get(VOLUMES.name) or (), pull=get(PULL.name) or PULL.default,
                           cancel_grace=settings.cancel_grace, run_as=settings.run_as())
 
 
 KIND = ExecutorKind("docker", "containers on one or more Docker hosts", DockerExecutor, _make,
-                    (DOCKER_HOSTS, DEFAULT_IMAGE))
+                    (DOCKER_HOSTS, DEFAULT_IMAGE, VOLUMES, PYTHON, PULL))
 
 __all__ = ["KIND", "DockerExecutor", "docker_hosts"]

@@ -333,7 +333,8 @@ def test_unknown_image_fails_with_a_one_line_reason(dockerd, tmp_path):
             await wait_for(final(eng, job.id), 10, "the job to fail")
             assert job.state is JobState.failed
             assert job.reason == ("image: 'no-such-image:1' not found on docker host h0 "
-                                  "(pull it there first, or set pull='missing')")
+                                  "(pull it there first, or set docker_pull=missing: serve --docker-pull "
+                                  "missing)")
             assert eng.pool.total == 4 and labelled(dockerd, job.id) == []
 
     asyncio.run(main())

@@ -672,7 +672,8 @@ class DockerExecutor(RunExecutor):
             except ImageNotFound:
                 if self.pull != "missing":
                     raise ExecutorError(f"image: {image!r} not found on docker host {host} (pull it there "
-                                        f"first, or set pull='missing')") from None
+                                        "first, or set docker_pull=missing: serve --docker-pull "
+                                        "missing)") from None
                 try:
                     client.images.pull(image)
                 except Exception as e:  # noqa: BLE001

@@ -188,3 +188,11 @@ export function writeToScreen(screen: IScreen, text: string, max = 2_000_000): I
 export function screenText(screen: IScreen): string {
   return screen.shown + drawn(screen.open);
 }
+
+/** A time of day on the 24-hour clock, `14:05` (or `14:05:09`): the sidebar's header and its
+ * timeline's axis read alike (the header used the locale's, `2:05:09 PM`, beside a `14:05` axis). */
+export function clock(t: number, seconds = false): string {
+  const d = new Date(t * 1000);
+  const hm = `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+  return seconds ? `${hm}:${String(d.getSeconds()).padStart(2, '0')}` : hm;
+}

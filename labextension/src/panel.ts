@@ -4,7 +4,7 @@ import { caretDownEmptyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { h } from './dom';
-import { formatSpan } from './format';
+import { clock, formatSpan } from './format';
 import { renderGpuGrid } from './gpus';
 import { IJobActions, renderJobsTable } from './jobs';
 import { SchedulearnModel } from './model';
@@ -105,7 +105,7 @@ export class SchedulearnPanel extends Widget {
       }
       return;
     }
-    this._updated.textContent = `updated ${new Date(snap.now * 1000).toLocaleTimeString()}`;
+    this._updated.textContent = `updated ${clock(snap.now, true)}`;
     this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options, snap.user));

@@ -2,7 +2,7 @@
  * The GPU timeline (Gantt): one row per GPU, one bar per job and GPU over the last hours.
  * `computeBars` is pure (unit-tested); `renderTimeline` draws it as SVG.
  */
-import { jobColour } from './format';
+import { clock, jobColour } from './format';
 import { Allocation, IJob, INode } from './types';
 
 export interface IBar {
@@ -129,12 +129,6 @@ function svg<K extends keyof SVGElementTagNameMap>(
     el.setAttribute(k, String(v));
   }
   return el;
-}
-
-function clock(t: number, seconds = false): string {
-  const d = new Date(t * 1000);
-  const hm = `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
-  return seconds ? `${hm}:${String(d.getSeconds()).padStart(2, '0')}` : hm;
 }
 
 /** Draws the timeline into a fresh SVG element `width` pixels wide. */

@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -147,4 +147,11 @@ test('a log shown as a terminal would: a progress bar at its last drawing, whate
   screen = writeToScreen(screen, '\n' + 'x'.repeat(60) + '\nend', 50);
   assert.equal(screen.shown.length, 50);
   assert.equal(screenText(screen), 'x'.repeat(49) + '\nend');
+});
+
+test('clock: the 24-hour time of day, as the timeline axis and the header both show it', () => {
+  const t = new Date(2026, 0, 2, 14, 5, 9).getTime() / 1000;
+  assert.equal(clock(t), '14:05');
+  assert.equal(clock(t, true), '14:05:09');
+  assert.equal(clock(new Date(2026, 0, 2, 3, 4, 5).getTime() / 1000, true), '03:04:05');
 });

@@ -1019,11 +1019,12 @@ def _host_name(url: str) -> str:
 
 def _make(settings: Settings) -> DockerExecutor:
     get = settings.options.get
-    if (get(PULL.name) or PULL.default) not in PULL_POLICIES:
-        raise ValueError(f"docker_pull: expected one of {', '.join(PULL_POLICIES)}, got {get(PULL.name)!r}")
+    pull = get(PULL.name) or PULL.default
+    if pull not in PULL_POLICIES:  # (named as the setting, not as the constructor's `pull`)
+        raise ValueError(f"docker_pull: expected one of {', '.join(PULL_POLICIES)}, got {pull!r}")
     return DockerExecutor(docker_hosts(settings), settings.job_root,
                           image=get(DEFAULT_IMAGE.name) or None, python=get(PYTHON.name) or PYTHON.default,
-                          volumes=get(VOLUMES.name) or (), pull=get(PULL.name) or PULL.default,
+                          volumes=get(VOLUMES.name) or (), pull=pull,
                           cancel_grace=settings.cancel_grace, run_as=settings.run_as())
 
 

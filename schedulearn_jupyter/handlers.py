@@ -192,6 +192,15 @@ class JobHandler(ApiMixin):
         self.send_json(await self.manager.cancel(job_id, self.user_name()))
 
 
+class ScriptHandler(ApiMixin):
+    """The script a job runs: job dicts carry its size only (`script_bytes`)."""
+
+    @web.authenticated
+    async def get(self, job_id: str):
+        await self.manager.check_reader(job_id, self.user_name())
+        self.finish_as(await self.manager.script(job_id), "text/x-python; charset=UTF-8")
+
+
 class LogsHandler(ApiMixin):
     """The log: its last `tail` lines, a page of it from `offset` (the byte after the last
     page read: the next one's start is in `X-Schedulearn-Next-Offset`), all of it (sent a page
@@ -326,6 +335,7 @@ ROUTES: list[tuple[str, type]] = [
     (r"gpus", GpusHandler),
     (r"jobs", JobsHandler),
     (r"jobs/(\d+)", JobHandler),
+    (r"jobs/(\d+)/script", ScriptHandler),
     (r"jobs/(\d+)/logs", LogsHandler),
     (r"jobs/(\d+)/result", ResultHandler),
     (r"openapi\.json", OpenApiHandler),

@@ -52,6 +52,10 @@ JOB = {
         "reason": {"type": "string"},
         "attained_gpu_s": {"type": "number"},
         "run_s": {"type": "number"},
+        "script_bytes": {"type": "integer", "minimum": 0,
+                         "description": "a job that runs a script: its size; the spec leaves the script "
+                                        "out (a notebook cell's is 30 KB to 4 MB), GET jobs/{job_id}/script "
+                                        "has it"},
         "progress": {"type": "number", "minimum": 0, "maximum": 1,
                      "description": "fraction of its work done, as the job reports it"},
         "eta_s": {"type": "number", "minimum": 0,
@@ -69,8 +73,8 @@ JOB = {
                         "description": "how late a job that finished after its deadline was"},
         "private": {"type": "boolean",
                     "description": "another user's job on a shared scheduler (serve --tokens): its "
-                                   "spec's env values, script and a failed run's reason read "
-                                   "'(hidden)', and its log and result answer 403"},
+                                   "spec's env values and a failed run's reason read '(hidden)', "
+                                   "and its script, log and result answer 403"},
     },
 }
 
@@ -195,6 +199,17 @@ def _document() -> dict[str, Any]:
                        "responses": {"200": _json(_ref("Job"), "The job (cancelled, or stopping)"),
                                      "403": E403, "404": E404,
                                      "409": _error("The job has already finished")}},
+        },
+        "/jobs/{job_id}/script": {
+            "parameters": [JOB_ID],
+            "get": {
+                "operationId": "getJobScript",
+                "summary": "The script the job runs (a notebook cell's: the cell with its files and "
+                           "variables and the runner); job dicts carry its size only, script_bytes",
+                "responses": {"200": {"description": "The script",
+                                      "content": {"text/x-python": {"schema": {"type": "string"}}}},
+                              "403": E403, "404": _error("No such job, or the job runs a command")},
+            },
         },
         "/jobs/{job_id}/logs": {
             "parameters": [JOB_ID],

@@ -190,6 +190,9 @@ class RemoteManager:
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
         return await self._fetch("DELETE", f"jobs/{job_id}")
 
+    async def script(self, job_id: Any) -> str:
+        return (await self._fetch("GET", f"jobs/{job_id}/script", raw=True)).decode()
+
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         return (await self._fetch("GET", f"jobs/{job_id}/logs", params={"tail": tail}, raw=True)).decode()
 

@@ -79,3 +79,33 @@ async def test_two_subscribers_both_get_everything(jp_ws_fetch, sl_api):
         seen = await read_until(ws, lambda e: e.get("event") == "succeeded")
         assert seen[-1]["job"]["id"] == job["id"]
     other.close()
+
+
+async def test_job_dicts_carry_a_scripts_size_and_its_own_route_the_script(jp_ws_fetch, sl_api):
+    """A notebook cell's job script (the cell, its `--files` and `--vars`, the runner) is 30 KB to
+    4 MB, and every listing, poll and event carried it: a sidebar refresh with 200 cell jobs moved
+    7 MB (benchmarks/bench_job_list.py). Job dicts now carry its size; `GET jobs/{id}/script` the
+    script, byte for byte."""
+    events = await connect(jp_ws_fetch)
+    script = "print('é' * 3)  # " + "x" * 40_000 + "\n"
+    code, job = await sl_api("POST", "jobs", {"name": "cell", "script": script})
+    assert code == 201
+    seen = await read_until(events, lambda e: e["type"] == "job" and e["job"]["id"] == job["id"]
+                            and e["job"]["state"] == "succeeded")
+    _, listed = await sl_api("GET", "jobs")
+    _, polled = await sl_api("GET", f"jobs/{job['id']}")
+    dicts = [job, polled, *[j for j in listed["jobs"] if j["id"] == job["id"]],
+             *[e["job"] for e in seen if e["type"] == "job" and e["job"]["id"] == job["id"]]]
+    assert len(dicts) == 6  # the answer to POST, GET job, the list, 3 events
+    for d in dicts:
+        assert "script" not in d["spec"] and d["script_bytes"] == len(script.encode()) == 40_020
+        assert len(json.dumps(d)) < 3000
+    r = await sl_api("GET", f"jobs/{job['id']}/script", whole=True)
+    assert r.code == 200 and r.body.decode() == script
+    assert r.headers["Content-Type"] == "text/x-python; charset=UTF-8"
+
+    code, cmd = await sl_api("POST", "jobs", {"command": ["python", "-c", "print(1)"]})
+    assert "script_bytes" not in cmd and cmd["spec"]["command"] == ["python", "-c", "print(1)"]
+    assert await sl_api("GET", f"jobs/{cmd['id']}/script") == (
+        404, {"error": f"script: job {cmd['id']} runs a command, not a script: python -c 'print(1)'"})
+    assert (await sl_api("GET", "jobs/999/script"))[0] == 404

@@ -55,7 +55,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_runtime_file_and_cli_client(live_server: LiveServer):
+def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     live_server.start()
     info_path = live_server.home / "runtime" / "schedulearn-server.json"
     info = json.loads(info_path.read_text())
@@ -119,6 +119,17 @@ def test_runtime_file_and_cli_client(live_server: LiveServer):
     assert empty.stdout == "" and empty.stderr == (
         f"schedulearn: job {broken['id']} has no log: it failed without writing any "
         "(command: 'nope-xyz-cmd' not found on PATH)\n"), empty.stderr
+    # `script`: what a job runs, as submitted (job dicts carry its size only); a command's: 404
+    source = tmp_path / "train.py"
+    source.write_text("print('trained é')\n" + "# padding\n" * 5000)
+    scripted = json.loads(cli(env, "submit", "--json", "--script", str(source)).stdout)
+    assert "script" not in scripted["spec"] and scripted["script_bytes"] == source.stat().st_size
+    shown = subprocess.run([sys.executable, "-m", "schedulearn.cli", "script", str(scripted["id"])], env=env,
+                           capture_output=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout == source.read_bytes()
+    none = cli(env, "script", str(broken["id"]), check=False)
+    assert none.returncode == 1 and none.stderr == (
+        f"schedulearn: script: job {broken['id']} runs a command, not a script: nope-xyz-cmd (HTTP 404)\n")
     # `submit --wait` exits with the job's status, as `srun` does
     for program, status in [("import sys; sys.exit(3)", 3), ("import os; os.kill(os.getpid(), 9)", 128 + 9)]:
         ended = cli(env, "submit", "--wait", "--", sys.executable, "-c", program, check=False)
@@ -358,14 +369,16 @@ def test_a_shared_schedulers_jobs_keep_their_environment_log_and_result_from_oth
     assert e.value.status == 404
     for d in (seen_by_bob, bob.job(job_id), next(j for j in bob.jobs() if j["id"] == job_id)):
         assert d["user"] == "alice" and d["spec"]["env"] == {"WANDB_API_KEY": "(hidden)"}
-        assert d["spec"]["script"] == "(hidden)" and "s3cret" not in json.dumps(d)
+        assert "script" not in d["spec"] and "s3cret" not in json.dumps(d)
     for d in (seen_by_alice, alice.job(job_id), next(j for j in alice.jobs() if j["id"] == job_id)):
-        assert d["spec"]["env"] == {"WANDB_API_KEY": "s3cret"} and d["spec"]["script"] == script
+        assert d["spec"]["env"] == {"WANDB_API_KEY": "s3cret"} and "script" not in d["spec"]
+        assert d["script_bytes"] == len(script)  # the script itself: `GET jobs/{id}/script`
+    assert alice.script(job_id) == script
     for read in (bob.logs, lambda i: bob.logs(i, tail=5), bob.log_page, lambda i: "".join(bob.follow(i)),
-                 bob.result):
+                 bob.result, bob.script):
         with pytest.raises(ClientError) as e:
             read(job_id)
-        assert e.value.status == 403 and "only they may read its log and result" in str(e.value)
+        assert e.value.status == 403 and "only they may read its log, result and script" in str(e.value)
     failed = alice.submit({"command": [sys.executable, "-c", "raise SystemExit('token=s3cret is wrong')"]})
     wait_for(lambda: alice.job(failed["id"])["state"] == "failed")
     assert "s3cret" in alice.job(failed["id"])["reason"]  # a failure's reason quotes the log:
@@ -422,6 +435,12 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
             if "step 1" in "".join(pieces):
                 gate.touch()
         assert "gate seen: True\n" in pieces and "".join(pieces).count("\rstep 1\rstep 2\n") == 1
+        script = "print('a cell')  # " + "é" * 1000 + "\n"
+        cell = via_jupyter.submit({"script": script})
+        assert via_jupyter.script(cell["id"]) == script and cell["script_bytes"] == len(script.encode())
+        with pytest.raises(ClientError) as e:
+            via_jupyter.script(bar["id"])  # a command's job: the upstream's 404, passed on
+        assert e.value.status == 404 and str(e.value).startswith(f"script: job {bar['id']} runs a command")
         with pytest.raises(ClientError) as e:
             via_jupyter.job(999)
         assert e.value.status == 404

@@ -1,7 +1,7 @@
 """`schedulearn …`: the command line.
 
 Each subcommand is a small function registered on a subparser (`register`); the client commands
-(`submit`, `ls`, `logs`, `cancel`, `policy`, `gpus`) come from `schedulearn.client_cli`, and other
+(`submit`, `ls`, `logs`, `script`, `cancel`, `policy`, `gpus`) come from `schedulearn.client_cli`, and other
 packages add theirs through the extension hook `EXTENSIONS` (modules with a `register(subparsers)`
 of their own): `serve`, the standalone server, is the Jupyter side's (`schedulearn_jupyter.serve`).
 A module that cannot be imported (the Jupyter side not installed) leaves its commands out.

@@ -174,6 +174,11 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("DELETE", f"jobs/{int(job_id)}")
 
+    def script(self, job_id: int) -> str:
+        """The script the job runs (a job's dict carries its size only, `script_bytes`)."""
+        with self._open("GET", f"jobs/{int(job_id)}/script") as resp:
+            return resp.read().decode()
+
     def logs(self, job_id: int, tail: int | None = None) -> str:
         return b"".join(self.log_bytes(job_id, tail)).decode("utf-8", "replace")
 

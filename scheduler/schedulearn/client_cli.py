@@ -1,4 +1,4 @@
-"""`schedulearn submit|ls|logs|cancel|policy|gpus`: the API from a terminal.
+"""`schedulearn submit|ls|logs|script|cancel|policy|gpus`: the API from a terminal.
 
 Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
 `SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
@@ -19,7 +19,7 @@ from . import deadlines
 from .client import Client, ClientError, empty_log_note, shown_gpus
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
-COMMANDS = ("submit", "ls", "logs", "cancel", "policy", "gpus")
+COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "gpus")
 
 
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -75,6 +75,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.set_defaults(func=cmd_logs)
+
+    p = subparsers.add_parser("script", help="print the script a job runs")
+    _common(p, json_flag=False)
+    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
+    p.set_defaults(func=cmd_script)
 
     p = subparsers.add_parser("cancel", help="cancel jobs")
     _common(p)
@@ -276,6 +281,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `schedulearn logs 7 | head`
+        return _reader_gone()
+    return 0
+
+
+def cmd_script(args: argparse.Namespace) -> int:
+    """The script as it was submitted (`--script FILE`, a notebook cell's bundle)."""
+    try:
+        sys.stdout.write(_client(args).script(args.job_id))
+    except ClientError as e:
+        return _fail(str(e))
+    except BrokenPipeError:
         return _reader_gone()
     return 0
 

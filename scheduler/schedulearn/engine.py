@@ -370,10 +370,16 @@ class Engine:
 
     # -- what users read -----------------------------------------------------------------------
     def job_dict(self, job: Job, now: float) -> dict[str, Any]:
-        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits, and its progress
+        """`job.to_dict(now)` without its spec's script (its size instead, `script_bytes`: every
+        listing, poll and event carries this dict, and a notebook cell's script, the cell with the
+        runner and its `--files` and `--vars`, is 30 KB to 4 MB), with a queued job's `reason`
+        saying why it waits, and its progress
         and estimated time left where its reports tell (`estimates.summary`); its deadline status
         counts a restart at the policy's price (`restart_price`)."""
         d = job.to_dict(now)
+        script = d["spec"].pop("script", None)  # (`GET jobs/{id}/script`: a cell's is 30 KB to 4 MB)
+        if script is not None:
+            d["script_bytes"] = len(script.encode())
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
         if job.spec.deadline is not None:

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -188,6 +189,7 @@ class Manager(Protocol):
     async def get_job(self, job_id: Any, viewer: str | None = None) -> dict[str, Any]: ...
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]: ...
     async def check_reader(self, job_id: Any, viewer: str) -> None: ...
+    async def script(self, job_id: Any) -> str: ...
     async def logs(self, job_id: Any, tail: Any = None) -> str: ...
     async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]: ...
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
@@ -510,8 +512,8 @@ class SchedulerService:
         """403 unless `viewer` may read the job's log and result (`Settings.private_jobs`)."""
         job = self._job(job_id)
         if self._hidden_from(job.spec.user, viewer):
-            raise Forbidden(f"job {job.id}: belongs to {job.spec.user!r}; only they may read its log "
-                            "and result")
+            raise Forbidden(f"job {job.id}: belongs to {job.spec.user!r}; only they may read its log, "
+                            "result and script")
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
         job = self._job(job_id)
@@ -522,6 +524,14 @@ class SchedulerService:
         except JobFinished as e:
             raise Conflict(str(e)) from None
         return self.engine.job_dict(job, self.engine.clock())
+
+    async def script(self, job_id: Any) -> str:
+        """The script a job runs (its spec's, which job dicts leave out: `Engine.job_dict`)."""
+        job = self._job(job_id)
+        if job.spec.script is None:
+            what = shlex.join(job.spec.command) if job.spec.command else "no program (a simulated job)"
+            raise NotFound(f"script: job {job.id} runs a command, not a script: {what}")
+        return job.spec.script
 
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         job = self._job(job_id)
@@ -621,6 +631,9 @@ class Unavailable:
         raise self._refuse()
 
     async def cancel(self, job_id: Any, user: str) -> dict[str, Any]:
+        raise self._refuse()
+
+    async def script(self, job_id: Any) -> str:
         raise self._refuse()
 
     async def logs(self, job_id: Any, tail: Any = None) -> str:

@@ -216,6 +216,24 @@ def test_a_node_that_goes_down_fails_its_job_with_a_clear_reason(cluster: SlurmC
     assert job.reason.startswith("a node of the job failed (Slurm: NODE_FAIL)"), job.reason
 
 
+def test_a_program_missing_on_the_node_is_the_jobs_one_line_reason(cluster: SlurmCluster,
+                                                                    tmp_path: Path) -> None:
+    """The local executor refuses a missing program before a start (`check_command`); on Slurm the
+    program runs on a node, where the batch shell said `worker-n1.sh: 15: exec: nope: not found`.
+    One node and across both (torchrun's own program is there; a missing script is the
+    program's own error)."""
+    ex = executor(cluster, tmp_path)
+    rel = {"name": "rel", "command": ["./not-here.sh"], "gpus": 1, "workdir": str(tmp_path)}
+    one, path = run_jobs(ex, [{"name": "nope", "command": ["nope-xyz", "--x"], "gpus": 1}, rel])
+    assert one.state is JobState.failed and one.exit_code == 127
+    said = r"command: 'nope-xyz' not found on PATH on node n[12]"
+    assert re.fullmatch(said, one.reason), one.reason  # the line, as the local executor says it
+    assert path.state is JobState.failed and path.exit_code == 127
+    assert "command: './not-here.sh' does not exist on node n" in path.reason, path.reason
+    assert f"(relative to {tmp_path})" in path.reason, path.reason
+    assert "exec:" not in ex.logs(one.id) + ex.logs(path.id)
+
+
 def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluster, tmp_path: Path) -> None:
     outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
                           "--wrap", "sleep 120").stdout.strip()

@@ -248,7 +248,7 @@ class SlurmExecutor(RunExecutor):
             lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
             if Launcher(spec.launcher) is Launcher.horovod and len(alloc) > 1:
                 lines.append(f'export PATH="{run_dir}/bin:$PATH"')  # horovodrun's ssh: srun
-            lines.append("exec " + shlex.join(w.argv))
+            lines += [_command_check(w.argv[0]), "exec " + shlex.join(w.argv)]
             nofollow.write_text(run_dir / f"worker-{w.node}.sh", "\n".join(lines) + "\n")
         if Launcher(spec.launcher) is Launcher.horovod and len(alloc) > 1:
             (run_dir / "bin").mkdir(exist_ok=True)
@@ -507,12 +507,28 @@ class SlurmExecutor(RunExecutor):
         self._tracked.wake.set()
 
 
+def _command_check(prog: str) -> str:
+    """A worker script's line that ends the run with status 127 and one line naming the program
+    and the node when the program is not there (the shell's own was `worker-n1.sh: 15: exec:
+    nope: not found`); the local executor says the same before a start (`launch.check_command`)."""
+    q = shlex.quote(prog)
+    if "/" in prog:
+        test, said, after = f"[ -e {q} ]", f"command: {prog!r} does not exist on node", " (relative to $PWD)"
+    else:
+        test = f"command -v {q} >/dev/null 2>&1"
+        said, after = f"command: {prog!r} not found on PATH on node", ""
+    where = f'"$SLURMD_NODENAME" "{after}"'
+    return f"{test} || {{ printf '%s %s%s\\n' {shlex.quote(said)} {where} >&2; exit 127; }}"
+
+
 #: horovodrun reaches the other nodes with `ssh [options] host [options] command`: through srun
 #: instead. Its command carries the launching node's whole environment as assignments (`cd DIR ;
 #: A=1 B=2 program`, values quoted as `shlex.quote` does): the node's own Slurm and GPU variables
 #: must win, so those assignments are dropped.
 _NODE_OWN = (r"(?<!\S)(?:SLURMD?_[A-Z0-9_]*|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|ROCR_VISIBLE_DEVICES)="
              r"""(?:'[^']*'(?:"'"'[^']*')*|[^\s']+)(?=\s)""")
+
+
 _SSH_SHIM = """#!{python}
 # horovodrun's ssh, written by Schedulearn's Slurm executor: run the command on HOST with srun.
 import os, re, sys

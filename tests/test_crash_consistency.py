@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -198,7 +199,7 @@ def test_a_closed_executor_leaves_a_later_run_of_its_job_alone(tmp_path):
     finally:
         new.terminate_all(1.0)
 
-def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_never_ran(tmp_path):
+def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_never_ran(tmp_path, caplog):
     """A crash between the `starting` record and `running`: the run found by its pid file is
     adopted (one process), a launch that never opened its gate is started again."""
     url = f"sqlite:///{tmp_path}/jobs.db"
@@ -231,14 +232,18 @@ def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_
 
     async def second():
         store = SqlStore(url)
-        async with live(root, store) as (eng, ex):
-            a, b = eng.get(a_id), eng.get(b_id)
-            assert a.state is JobState.running and ex.is_running(a_id)  # adopted at once
-            await wait_for(lambda: a.state.final and b.state.final, 30, "both to end")
-            assert a.state is b.state is JobState.succeeded, (a.to_dict(), b.to_dict())
-            assert len(out.read_text().split()) == 1  # only b ran again; a was not duplicated
-            assert "adopted" in [e["kind"] for e in store.events(job_id=a_id)]
-            assert "requeued" in [e["kind"] for e in store.events(job_id=b_id)]
+        with caplog.at_level(logging.INFO, logger="schedulearn.engine"):
+            async with live(root, store) as (eng, ex):
+                said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("store: ")]
+                a, b = eng.get(a_id), eng.get(b_id)
+                assert a.state is JobState.running and ex.is_running(a_id)  # adopted at once
+                # the operator's one line on what the restart found
+                assert said == ["store: 2 job(s): 1 running, 1 queued"]
+                await wait_for(lambda: a.state.final and b.state.final, 30, "both to end")
+                assert a.state is b.state is JobState.succeeded, (a.to_dict(), b.to_dict())
+                assert len(out.read_text().split()) == 1  # only b ran again; a was not duplicated
+                assert "adopted" in [e["kind"] for e in store.events(job_id=a_id)]
+                assert "requeued" in [e["kind"] for e in store.events(job_id=b_id)]
         store.close()
 
     asyncio.run(second())

@@ -831,6 +831,9 @@ class Engine:
         for job in lost:
             if job.stopping is not None and not job.state.final:
                 self.executor.stop(job, job.stopping, now)
+        if jobs:
+            log.info("store: %s", restored_summary(jobs, lost + starting))
+
 
     def _resume_start(self, job: Job, now: float) -> None:
         job.state = JobState.running  # what the executor re-attaches to, if it finds the run
@@ -939,6 +942,18 @@ def _preempting(job: Job) -> None:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def restored_summary(jobs: list[Job], resumed: list[Job]) -> str:
+    """What a (re)start found in the store, for the operator's log: `12 job(s): 1 running, 2
+    queued, 9 finished` (and those whose runs ended while the server was down)."""
+    running = sum(j.state is JobState.running for j in jobs)
+    queued = sum(j.state is JobState.queued for j in jobs)
+    ended = sum(j.state.final for j in resumed)
+    finished = len(jobs) - running - queued - ended
+    counts = [(running, "running"), (queued, "queued"), (finished, "finished"),
+              (ended, "ended while it was down")]
+    return f"{len(jobs)} job(s): " + ", ".join(f"{n} {what}" for n, what in counts if n)
 
 
 def _line(e: BaseException) -> str:

@@ -15,6 +15,7 @@ registration (`schedulearn.executors.registry`), each with its `SCHEDULEARN_<NAM
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ class _SchedulearnApp(ExtensionApp):
     manager: Manager | None = None
     #: the runtime files this server wrote (removed at its end)
     runtime_files: list[Path] = []
+    _log_handlers: list[logging.Handler] = []  # the handlers `log_through` gave the core's loggers
     description = "Schedule deep-learning jobs on shared GPUs from Jupyter"
     load_other_extensions = True
 
@@ -218,6 +220,7 @@ class _SchedulearnApp(ExtensionApp):
 
     # -- life cycle ---------------------------------------------------------------------------
     def initialize_settings(self) -> None:
+        self._log_handlers = log_through(self.log)
         manager: Manager
         if self.remote_url:
             from .remote import RemoteManager
@@ -273,6 +276,22 @@ class _SchedulearnApp(ExtensionApp):
         if self.manager is not None:
             await self.manager.stop()
         runtime.remove(self.runtime_files)
+        core = logging.getLogger("schedulearn")
+        for handler in self._log_handlers:  # (the next server in this process brings its own)
+            core.removeHandler(handler)
+
+
+def log_through(app_log: logging.Logger) -> list[logging.Handler]:
+    """Hand the core's log records (`schedulearn.*`: what the store found at start, the engine's
+    and the executors' lines) to Jupyter's log, formatted as its own and at its level: without
+    this no INFO line of theirs was shown, and a warning reached stderr unformatted (Python's
+    last-resort handler). Returns the handlers added."""
+    core = logging.getLogger("schedulearn")
+    added = [h for h in app_log.handlers if h not in core.handlers]
+    for handler in added:
+        core.addHandler(handler)
+    core.setLevel(app_log.getEffectiveLevel())
+    return added
 
 
 def _loop(serverapp: Any) -> asyncio.AbstractEventLoop:

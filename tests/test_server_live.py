@@ -169,6 +169,9 @@ def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
     assert set(jobs) == {running["id"], queued["id"]}
     assert jobs[running["id"]]["state"] == "running", jobs[running["id"]]
     assert jobs[queued["id"]]["state"] == "queued"
+    # Jupyter's log says what the restart found (the core's records in Jupyter's format)
+    assert re.search(r"^\[I [^\]]* schedulearn\.engine\] store: 2 job\(s\): 1 running, 1 queued$",
+                     live_server.output(), re.M), live_server.output()[-3000:]
     # the re-attached job is still controlled: cancel it, the queued one starts, cancel that
     c.cancel(running["id"])
     wait_for(lambda: c.job(running["id"])["state"] == "cancelled", what="the re-attached job to stop")

@@ -13,7 +13,8 @@ variable (`--vars`), each running `--duration` simulated seconds. It measures (m
 2. *a job poll*: `GET jobs/{id}` of the 1 MiB-vars job (what `%%schedulearn` and the job widget
    ask every 0.1-1 s while they follow a job): bytes and time;
 3. *the events*: the bytes the events websocket delivered while the jobs were submitted and ran
-   (every open sidebar and queue widget receives them).
+   (every open sidebar and queue widget receives them);
+4. *the server's memory*: its resident set once every job has ended.
 
     python benchmarks/bench_job_list.py [--jobs 200] [--repeat 20] [--root ../other-checkout]
 """
@@ -142,7 +143,10 @@ def measure(root: Path, jobs: int, repeat: int, duration: float) -> dict:
         events.join(5)
         refresh = median_get(server, ["jobs?state=running", "jobs?state=queued", "jobs?limit=200"], repeat)
         poll = median_get(server, [f"jobs/{big}"], repeat)
-        return {"script_bytes": len(cell), "refresh_bytes": refresh[0], "refresh_ms": 1000 * refresh[1],
+        status = Path(f"/proc/{server.proc.pid}/status").read_text().splitlines()
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        return {"script_bytes": len(cell), "rss_mib": rss / 1024, "refresh_bytes": refresh[0],
+                "refresh_ms": 1000 * refresh[1],
                 "poll_bytes": poll[0], "poll_ms": 1000 * poll[1], "event_bytes": events.bytes,
                 "events": events.messages}
     finally:
@@ -164,6 +168,7 @@ def main() -> None:
     print(f"sidebar refresh (3 GETs): {kib(r['refresh_bytes'])}, {r['refresh_ms']:.1f} ms (median)")
     print(f"job poll (GET jobs/ID, 1 MiB vars): {kib(r['poll_bytes'])}, {r['poll_ms']:.1f} ms (median)")
     print(f"events socket: {r['events']} messages, {kib(r['event_bytes'])}")
+    print(f"server resident memory, every job ended: {r['rss_mib']:.1f} MiB")
     print(json.dumps(r))
 
 

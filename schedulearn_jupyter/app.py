@@ -279,6 +279,7 @@ class _SchedulearnApp(ExtensionApp):
         core = logging.getLogger("schedulearn")
         for handler in self._log_handlers:  # (the next server in this process brings its own)
             core.removeHandler(handler)
+        core.setLevel(logging.NOTSET)
 
 
 def log_through(app_log: logging.Logger) -> list[logging.Handler]:

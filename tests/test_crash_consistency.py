@@ -234,7 +234,8 @@ def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_
         store = SqlStore(url)
         with caplog.at_level(logging.INFO, logger="schedulearn.engine"):
             async with live(root, store) as (eng, ex):
-                said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("store: ")]
+                said = [r.getMessage() for r in caplog.records if r.name == "schedulearn.engine"
+                        and r.getMessage().startswith("store: ")]
                 a, b = eng.get(a_id), eng.get(b_id)
                 assert a.state is JobState.running and ex.is_running(a_id)  # adopted at once
                 # the operator's one line on what the restart found

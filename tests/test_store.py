@@ -325,3 +325,35 @@ def test_events_for_a_job_life(store):
     assert all_ids == sorted(all_ids) and len(all_ids) == 9
     assert [e["kind"] for e in store.events(after=all_ids[-2])] == ["succeeded"]
     assert store.get_job(1).state is JobState.succeeded and store.get_job(1).end_time == 32.0
+
+
+def test_a_finished_jobs_script_is_kept_in_the_store_only(url):
+    """A notebook cell's script is 30 KB to 4 MB and a finished job never runs again: 10,000
+    finished cells held 300 MB in the server for as long as it ran. Its size stays, the store
+    gives the script back, what learns from the job still sees a script's job, and a job that
+    may run again (queued, running, preempted) keeps its own."""
+    from schedulearn.estimates.predict import features
+
+    script = "print('é')\n" + "#" * 50_000 + "\n"
+    size = len(script.encode())
+    a = Engine(virtual_cluster(1, 2), "fifo", SimExecutor(), store=SqlStore(url))
+    done = a.submit({"script": script, "duration": 5}, now=0.0)
+    later = a.submit({"script": script, "duration": 50, "gpus": 2}, now=0.0)
+    before = features(done)
+    a.round(1.0)
+    assert done.state is JobState.running and done.spec.script == script
+    a.executor.advance(10.0)
+    a.round(10.0)
+    assert done.state is JobState.succeeded and later.state is JobState.running
+    assert done.spec.script == "" and done.script_bytes == size and features(done) == before
+    assert a.stored_script(done) == script and a.job_dict(done, 10.0)["script_bytes"] == size
+    assert later.spec.script == script and later.script_bytes is None
+    assert a.stored_script(later) == script and a.job_dict(later, 10.0)["script_bytes"] == size
+    # a restart sheds the finished ones' again, and keeps the running one's
+    b = Engine(virtual_cluster(1, 2), "fifo", RecordingSim(), store=SqlStore(url))
+    old, running = b.get(done.id), b.get(later.id)
+    assert old.spec.script == "" and old.script_bytes == size and b.stored_script(old) == script
+    assert running.spec.script == script and b.stored_script(running) == script
+    assert b.store.get_job(done.id).spec.script == script  # the store keeps it whole
+    b.store.close()
+    a.store.close()

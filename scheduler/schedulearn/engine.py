@@ -378,8 +378,8 @@ class Engine:
         counts a restart at the policy's price (`restart_price`)."""
         d = job.to_dict(now)
         script = d["spec"].pop("script", None)  # (`GET jobs/{id}/script`: a cell's is 30 KB to 4 MB)
-        if script is not None:
-            d["script_bytes"] = len(script.encode())
+        if job.script_bytes is not None or script is not None:
+            d["script_bytes"] = job.script_bytes if job.script_bytes is not None else len(script.encode())
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
         if job.spec.deadline is not None:
@@ -700,6 +700,25 @@ class Engine:
             job.extra["deadline_status"] = estimates.deadline_summary(
                 job, now, None, 0, 1).get("deadline_status")
         self._changed(job, state.value, now, stored=ahead and self.store is not None)
+        self._shed_script(job)
+
+    def _shed_script(self, job: Job) -> None:
+        """Keep a finished job's script in the store only: it never runs again, and a notebook
+        cell's is 30 KB to 4 MB, so 10,000 finished cells held 300 MB for as long as the server
+        ran. Its size stays (`job_dict`); `GET jobs/{id}/script` reads it from the store. The spec
+        keeps an empty script, so the job still reads as a script's to what learns from it."""
+        script = job.spec.script
+        if self.store is None or not script or job.script_bytes is not None or not job.state.final:
+            return
+        job.script_bytes = len(script.encode())
+        job.spec = job.spec.model_copy(update={"script": ""})
+
+    def stored_script(self, job: Job) -> str | None:
+        """The script `job` runs: its spec's, or the store's for a finished job (`_shed_script`)."""
+        if job.script_bytes is None or self.store is None:
+            return job.spec.script
+        stored = self.store.get_job(job.id)
+        return stored.spec.script if stored is not None else None
 
     def _learn(self, job: Job, now: float) -> None:
         """A job ended: what it needed (seconds on one GPU, where its reports told) and what it
@@ -809,6 +828,7 @@ class Engine:
             self._next_id = max(self._next_id, job.id + 1)
             if job.state.final:
                 self.history.add(job)
+                self._shed_script(job)
             else:
                 self.active[job.id] = job
                 if job.spec.deadline is not None:

@@ -381,6 +381,8 @@ class Job:
     #: GPUs given up by a shrink whose old run has not exited yet (out of the free pool until
     #: the executor confirms the exit)
     releasing: Allocation = field(default_factory=dict)
+    #: a finished job's script is kept in the store only (`Engine._shed_script`): its size
+    script_bytes: int | None = None
 
     @property
     def size(self) -> int:

@@ -528,10 +528,11 @@ class SchedulerService:
     async def script(self, job_id: Any) -> str:
         """The script a job runs (its spec's, which job dicts leave out: `Engine.job_dict`)."""
         job = self._job(job_id)
-        if job.spec.script is None:
+        script = self.engine.stored_script(job)
+        if script is None:
             what = shlex.join(job.spec.command) if job.spec.command else "no program (a simulated job)"
             raise NotFound(f"script: job {job.id} runs a command, not a script: {what}")
-        return job.spec.script
+        return script
 
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         job = self._job(job_id)

@@ -370,14 +370,14 @@ class Engine:
 
     # -- what users read -----------------------------------------------------------------------
     def job_dict(self, job: Job, now: float) -> dict[str, Any]:
-        """`job.to_dict(now)` without its spec's script (its size instead, `script_bytes`: every
-        listing, poll and event carries this dict, and a notebook cell's script, the cell with the
-        runner and its `--files` and `--vars`, is 30 KB to 4 MB), with a queued job's `reason`
-        saying why it waits, and its progress
+        """`job.to_dict(now)`, with a queued job's `reason` saying why it waits, and its progress
         and estimated time left where its reports tell (`estimates.summary`); its deadline status
-        counts a restart at the policy's price (`restart_price`)."""
+        counts a restart at the policy's price (`restart_price`). Without its spec's script: its
+        size instead (`script_bytes`), since every listing, poll and event carries this dict and
+        a notebook cell's script (the cell, its `--files` and `--vars`, the runner) is 30 KB to
+        4 MB; `GET jobs/{id}/script` has it."""
         d = job.to_dict(now)
-        script = d["spec"].pop("script", None)  # (`GET jobs/{id}/script`: a cell's is 30 KB to 4 MB)
+        script = d["spec"].pop("script", None)
         if job.script_bytes is not None or script is not None:
             d["script_bytes"] = job.script_bytes if job.script_bytes is not None else len(script.encode())
         if job.state is JobState.queued and job.stopping is None:
@@ -853,7 +853,6 @@ class Engine:
                 self.executor.stop(job, job.stopping, now)
         if jobs:
             log.info("store: %s", restored_summary(jobs, lost + starting))
-
 
     def _resume_start(self, job: Job, now: float) -> None:
         job.state = JobState.running  # what the executor re-attaches to, if it finds the run

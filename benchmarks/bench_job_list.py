@@ -28,7 +28,6 @@ import os
 import pickle
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,24 +40,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scheduler"), str(ROOT / "kernel_magics")]
 
 from schedulearn_magics.bundle import build_script  # noqa: E402
 
-from tests.fixtures.jupyter import free_port, wait_http  # noqa: E402
+from benchmarks import bench_job_output  # noqa: E402
 
 TOKEN = "bench-token"
 
 
-class Server:
+class Server(bench_job_output.Server):
     def __init__(self, root: Path, home: Path):
-        self.port = free_port()
-        self.api = f"http://127.0.0.1:{self.port}/schedulearn/api/"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "scheduler"), str(root)]),
-               "SCHEDULEARN_SERVE_TOKEN": TOKEN}
-        self.log = open(home / "serve.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port), "--executor", "sim",
-             "--virtual-gpus", "4", "--tick", "0.2", "--store", f"sqlite:///{home / 'jobs.db'}",
-             "--job-root", str(home / "jobs")],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=home)
-        wait_http(self.api + "policy", proc=self.proc)
+        super().__init__(root, home, "--executor", "sim", "--virtual-gpus", "4", "--tick", "0.2")
 
     def get(self, path: str) -> tuple[bytes, float]:
         req = urllib.request.Request(self.api + path, headers={"Authorization": f"token {TOKEN}"})
@@ -73,11 +62,6 @@ class Server:
                                      headers=headers)
         with urllib.request.urlopen(req, timeout=600) as r:
             return json.loads(r.read())["id"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self.log.close()
 
 
 class EventBytes(threading.Thread):

@@ -52,7 +52,9 @@ def rss_mib(pid: int) -> float:
 
 
 class Server:
-    def __init__(self, root: Path, home: Path):
+    def __init__(self, root: Path, home: Path, *flags: str):
+        """`schedulearn serve` from `root`, its store and jobs in `home`; `flags` replace the
+        default `--virtual-gpus 2`."""
         self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/schedulearn/api/"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "scheduler"), str(root)]),
@@ -60,7 +62,7 @@ class Server:
         self.log = open(home / "serve.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
-             "--virtual-gpus", "2", "--store", f"sqlite:///{home / 'jobs.db'}",
+             *(flags or ("--virtual-gpus", "2")), "--store", f"sqlite:///{home / 'jobs.db'}",
              "--job-root", str(home / "jobs")], stdout=self.log, stderr=subprocess.STDOUT, env=env,
             cwd=home)
         wait_http(self.api + "policy", proc=self.proc)

@@ -162,6 +162,69 @@ def test_a_python_job_is_placed_on_one_host_or_waits_and_says_so():
     e.submit(JobSpec(command=["x"], gpus=5, launcher="torchrun"))  # torchrun spans hosts
 
 
+
+@pytest.mark.parametrize("policy", ["las", "goodput", "qoe", "edf"])
+def test_a_python_job_no_host_can_hold_does_not_hold_back_the_jobs_behind_it(policy):
+    """One GPU free on each host: a 2-GPU python job (one host) cannot start, a 2-GPU torchrun
+    job behind it can. The python job used to be counted against the GPUs left (and the elastic
+    policies planned for it), so the torchrun job waited for as long as the hosts stayed split."""
+    e = Engine(virtual_cluster(2, 4), policy, executor=Holding(), clock=lambda: 0.0)
+    a = e.submit(JobSpec(command=["a"], gpus=3), now=0)
+    b = e.submit(JobSpec(command=["b"], gpus=3), now=0)
+    e.round(0)
+    c = e.submit(JobSpec(command=["c"], gpus=2), now=1)
+    d = e.submit(JobSpec(command=["d"], gpus=2, launcher="torchrun"), now=2)
+    e.round(3)
+    assert (a.state, b.state, c.state, d.state) == (JobState.running, JobState.running, JobState.queued,
+                                                    JobState.running)
+    assert len(d.alloc) == 2 and e.pool.total == 0
+    assert e.job_dict(c, 3)["reason"].startswith("waiting: needs 2 GPUs on one host, at most 0 free on one")
+    e.cancel(a.id, now=4)
+    e.round(4)
+    assert c.state is JobState.running and len(c.alloc) == 1
+
+
+
+def test_python_jobs_are_placed_before_the_jobs_that_may_span_hosts_on_the_host_weighed_for_them():
+    """las places most-free-first: a torchrun job ahead in line took 2 GPUs of the one host
+    with 4 free, and the 4-GPU python job behind it, weighed as fitting there, had nowhere to go."""
+    e = Engine(virtual_cluster(2, 4), "las", executor=Holding(), clock=lambda: 0.0)
+    held = e.submit(JobSpec(command=["held"], gpus=2), now=0)
+    e.round(0)
+    d = e.submit(JobSpec(command=["d"], gpus=2, launcher="torchrun"), now=1)
+    c = e.submit(JobSpec(command=["c"], gpus=4), now=1)
+    e.round(1)
+    assert held.state is d.state is c.state is JobState.running
+    assert len(c.alloc) == 1 and d.alloc.keys() == held.alloc.keys() and e.pool.total == 0
+
+def test_under_fifo_the_python_job_first_in_line_still_blocks_the_line():
+    e = Engine(virtual_cluster(2, 4), "elastic-fifo", executor=Holding(), clock=lambda: 0.0)
+    for name in "ab":
+        e.submit(JobSpec(command=[name], gpus=3), now=0)
+    e.round(0)
+    c = e.submit(JobSpec(command=["c"], gpus=2), now=1)
+    d = e.submit(JobSpec(command=["d"], gpus=2, launcher="torchrun"), now=2)
+    e.round(3)
+    assert c.state is d.state is JobState.queued and e.pool.total == 2
+
+
+def test_a_python_job_first_in_the_policys_order_stops_the_job_last_in_it_on_one_host():
+    """edf: the job with the earliest deadline comes first. Every GPU is held; on node0 by a
+    (a deadline) and b (none), on node1 by x. The python job c, with the earliest deadline, is
+    promised node0, and of its jobs the one last in the policy's order, b, stops; a keeps its
+    GPUs (capacity alone would have let c in with nowhere to start)."""
+    e = Engine(virtual_cluster(2, 4), "edf", executor=Holding(), clock=lambda: 0.0)
+    a = e.submit(JobSpec(command=["a"], gpus=2, deadline=7200), now=0)
+    b = e.submit(JobSpec(command=["b"], gpus=2), now=0)
+    x = e.submit(JobSpec(command=["x"], gpus=4, launcher="torchrun"), now=0)
+    e.round(0)
+    assert a.alloc.keys() == b.alloc.keys() == {"node0"} and x.alloc.keys() == {"node1"}
+    c = e.submit(JobSpec(command=["c"], gpus=2, deadline=3600), now=1)
+    e.round(1)
+    assert (a.state, b.state, c.state, x.state) == (JobState.running, JobState.queued, JobState.running,
+                                                    JobState.running)
+    assert c.alloc.keys() == {"node0"} and b.restarts == 1
+
 class FailingExecutor(SimExecutor):
     def start(self, job, now):
         if job.spec.name == "bad":

@@ -1,7 +1,7 @@
 """Properties over random traces and clusters (hypothesis), under every policy (some jobs elastic,
 some with deadlines): no GPU is ever held by two jobs, the free pool and the allocations always
-partition the cluster, every job ends in a final state, and FIFO never starts a later job before
-an earlier one. (With the elastic policies that resize by restarts, 300 examples found the
+partition the cluster, every job ends in a final state, a plain-Python job (one process) never
+spans hosts, and FIFO never starts a later job before an earlier one. (With the elastic policies that resize by restarts, 300 examples found the
 engine's double-listed GPUs of 2026-11-26 in two runs of four; with the four policies before and 80
 examples, it showed once, in a full-suite run.)"""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schedulearn import policies
 from schedulearn.engine import Engine
 from schedulearn.model import JobSpec, JobState, virtual_cluster
-from schedulearn.sim.executor import SimExecutor
+from schedulearn.sim.executor import RigidModel, SimExecutor, default_model
 from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import TraceJob
 
@@ -135,6 +135,50 @@ def test_no_gpu_is_held_twice_and_every_job_ends(scenario, policy, interval, pen
     engine = r.engine
     assert engine.pool.total == hosts * per_host and not engine.active and not engine.running
     assert 0 < r.metrics["gpu_utilization"] <= 1.0 + 1e-9
+
+
+@st.composite
+def one_process_scenarios(draw):
+    """`scenarios` on 2-4 hosts where every other job is a live plain-Python job (one process:
+    one host, no larger than one; the engine weighs it host by host), run for its drawn time."""
+    hosts, per_host, jobs = draw(scenarios())
+    hosts = max(hosts, 2)
+    out, durations = [], {}
+    for i, tj in enumerate(jobs):
+        spec = tj.spec
+        if i % 2:
+            gpus = min(spec.requested, per_host)
+            top = min(spec.max_gpus, per_host) if spec.max_gpus is not None else None
+            durations[spec.name] = spec.duration
+            spec = JobSpec(name=spec.name, command=["train"], gpus=gpus,
+                           max_gpus=top if top != gpus else None,
+                           priority=spec.priority, deadline=spec.deadline)
+        out.append(TraceJob(tj.submit_time, spec, tj.where))
+    return hosts, per_host, out, durations
+
+
+@SETTINGS
+@given(one_process_scenarios(), st.sampled_from(POLICIES), st.sampled_from([None, 60.0]), st.booleans())
+def test_one_process_jobs_run_on_one_host_and_every_job_ends(scenario, policy, interval, confirming):
+    hosts, per_host, jobs, durations = scenario
+
+    def model(job):
+        if job.spec.single_process:
+            return RigidModel(durations[job.spec.name], job.spec.requested)
+        return default_model(job)
+
+    class OneHost(CheckedConfirming if confirming else Checked):
+        def check(self):
+            super().check()
+            for job in self.engine.running.values():
+                if job.spec.single_process and len(job.alloc) > 1:
+                    self.broken.append(f"job {job.id} (one process) spans {sorted(job.alloc)}")
+
+    executor = OneHost(model=model)
+    r = simulate(jobs, virtual_cluster(hosts, per_host), policy, executor=executor, interval=interval)
+    assert all(j.state is JobState.succeeded for j in r.jobs), [j.state for j in r.jobs]
+    assert executor.checks >= len(jobs) and not executor.broken, executor.broken
+    assert r.engine.pool.total == hosts * per_host and not r.engine.active
 
 
 @pytest.mark.parametrize("confirming", [False, True])

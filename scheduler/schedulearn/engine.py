@@ -44,6 +44,7 @@ from . import deadlines, estimates, pauses, policies
 from .estimates.deadline import RESTART_S
 from .estimates.predict import History
 from .executors.base import Executor, ExecutorError, launch_failure
+from .hostbooks import HostBooks
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
 from .placement import FreePool, shrink
 from .policies.base import Policy, RoundContext
@@ -473,10 +474,15 @@ class Engine:
         if not self._qjobs and not policy.elastic:
             return
         if not policy.elastic and self._queued_gpus <= self.pool.total:
-            # Everything waiting fits: every non-elastic policy starts it all, nothing else moves.
-            for job in sorted(self._qjobs, key=_ID):
+            # Everything waiting fits: every non-elastic policy starts it all, nothing else moves
+            # (one-process jobs first: the others may take what is left on any host).
+            waiting = sorted(self._qjobs, key=_ID)
+            if len(self.pool.order) > 1:
+                waiting.sort(key=_spans)
+            for job in waiting:
                 self._start(job, job.spec.requested, now)
-            return
+            if not self._qjobs or len(self.pool.order) == 1:
+                return  # (else one-process jobs that no host could hold: the policy weighs them)
         ctx = RoundContext(now, self.nodes, self._qjobs, self.running, self.active, self._gpus,
                            self.pool.total + self._held, self.history)
         if policy.preemptive or policy.elastic:
@@ -488,35 +494,76 @@ class Engine:
         """Running jobs keep their GPUs: start queued jobs in the policy's order while they fit."""
         left = self.pool.total
         picked: dict[Job, int] = {}
+        books: HostBooks | None = None
         for job, n in policy.schedule(ctx):
             if not left:
                 break
             if n <= 0 or job in picked or job.state is not JobState.queued:
                 continue
-            if n <= left:
+            if n <= left and job.spec.single_process and books is None and len(self.pool.order) > 1:
+                books = self._books(picked, ())
+            if n <= left and (books is None or books.want(job, n)):
                 picked[job] = n
                 left -= n
             elif policy.blocking:
                 break
-        for job, n in picked.items():
-            self._start(job, n, now)
+        if books is None:
+            for job, n in picked.items():
+                self._start(job, n, now)
+            return
+        for job, n in _one_process_first(picked):
+            self._start(job, n, now, books.plan.get(job))
 
     def _full_round(self, policy: Policy, ctx: RoundContext, now: float) -> None:
+        chosen, unplaced, plan = self._choose(policy, ctx)
+        if unplaced and not policy.blocking and sum(chosen.values()) < ctx.capacity:
+            # The policy sized the round counting jobs that no host can hold now: GPUs it meant
+            # for them would stay idle. It weighs the round again without them.
+            active = {i: j for i, j in self.active.items() if j not in unplaced}
+            ctx = RoundContext(now, self.nodes, [j for j in ctx.queued if j not in unplaced], self.running,
+                               active, self._gpus, ctx.capacity, self.history)
+            chosen, _, plan = self._choose(policy, ctx)
+        self._carry_out(chosen, plan, policy, now)
+
+    def _choose(self, policy: Policy,
+                ctx: RoundContext) -> tuple[dict[Job, int], set[Job], dict[Job, str] | None]:
+        """The round's wants that fit, in the policy's order; the queued one-process jobs that
+        no host could hold; where the others are to be placed (`HostBooks.plan`, None where the
+        round weighed no one-process job on several hosts)."""
         chosen: dict[Job, int] = {}
+        unplaced: set[Job] = set()
         left = ctx.capacity
+        books: HostBooks | None = None  # (where a one-process job is weighed on several hosts)
         for job, n in policy.schedule(ctx):
             if not left:
                 break  # nothing more fits; later wants change nothing
             if n <= 0 or job in chosen or job.stopping is not None:
                 continue
-            if n <= left:
-                chosen[job] = n
-                left -= n
-            elif policy.blocking:
-                break
+            if n > left:
+                if policy.blocking:
+                    break
+                continue
+            if books is None and job.spec.single_process and len(self.pool.order) > 1:
+                books = self._books(chosen, self.running.values())
+                left = ctx.capacity - sum(chosen.values())
+            if books is not None:
+                n = books.want(job, n)
+                if not n:  # no host holds it (a queued job), or its GPUs are promised ahead
+                    if job.state is JobState.queued:
+                        unplaced.add(job)
+                        if policy.blocking:
+                            break
+                    continue
+            chosen[job] = n
+            left -= n
+        return chosen, unplaced, None if books is None else books.plan
+
+    def _carry_out(self, chosen: dict[Job, int], plan: dict[Job, str] | None, policy: Policy,
+                   now: float) -> None:
         # Release first (preemptions, shrinks, in arrival order), then grow and start in the
-        # policy's order. A job resized by a restart (not in place) moves: it is placed anew
-        # (`_move`), on the fewest hosts, as a starting job is.
+        # policy's order (one-process jobs first where they were weighed host by host: on the
+        # hosts `plan` gives them). A job resized by a restart (not in place) moves: it is
+        # placed anew (`_move`), on the fewest hosts, as a starting job is.
         get, size = chosen.get, self._gpus
         losing = [j for j in self.running.values() if get(j, 0) < size[j.id]]
         moving = dict.fromkeys(j for j, n in chosen.items() if j.state is not JobState.queued
@@ -534,11 +581,11 @@ class Engine:
                 olds[job] = job.alloc
                 self.pool.give(job.alloc)
                 job.set_alloc({}, now)
-        for job, n in chosen.items():
+        for job, n in _one_process_first(chosen) if plan is not None else chosen.items():
             if job.state is JobState.queued:
-                self._start(job, n, now)
+                self._start(job, n, now, plan.get(job) if plan else None)
             elif job in moving:
-                self._move(job, n, now, olds.get(job))
+                self._move(job, n, now, olds.get(job), plan.get(job) if plan else None)
             elif n > size.get(job.id, n):
                 extra = self._one_host(job, n - job.size, policy.place(job, n - job.size, self.pool),
                                        only=next(iter(job.alloc), None))
@@ -549,7 +596,20 @@ class Engine:
                         self.pool.give(extra)
                         raise
 
-    def _move(self, job: Job, n: int, now: float, old: Allocation | None = None) -> None:
+    def _books(self, chosen: dict[Job, int], running: Iterable[Job]) -> HostBooks:
+        """The round's books by host (`HostBooks`), with what `chosen` took so far (a want
+        they cut down is cut in `chosen` too)."""
+        books = HostBooks(self.pool, running)
+        for job, n in list(chosen.items()):
+            got = books.want(job, n)
+            if got:
+                chosen[job] = got
+            else:
+                del chosen[job]
+        return books
+
+    def _move(self, job: Job, n: int, now: float, old: Allocation | None = None,
+              host: str | None = None) -> None:
         """`job` restarts on n GPUs, placed anew (`Policy.move`): a restart costs the same wherever
         it lands, and keeping the hosts a job had piece by piece scatters it. Where the executor
         confirms that an old run is gone (`confirms_release`), only the job itself may reuse its
@@ -560,7 +620,7 @@ class Engine:
         if old is None:
             old = job.alloc
             self.pool.give(old)
-        new = self._one_host(job, n, self.policy.move(job, n, self.pool)) if n <= self.pool.total else None
+        new = self._place(job, n, host, self.policy.move) if n <= self.pool.total else None
         if new is None:  # (GPUs of stopping jobs not yet free) it stays, on what is still free
             new = self.pool.still_free(old)
             self.pool.take(new)
@@ -598,8 +658,14 @@ class Engine:
                 return None
         return self.pool.one_host(n, only)
 
-    def _start(self, job: Job, n: int, now: float) -> None:
-        alloc = self._one_host(job, n, self.policy.place(job, n, self.pool))
+    def _place(self, job: Job, n: int, host: str | None, place: Callable) -> Allocation | None:
+        """n GPUs for `job` on `host` where the round's books planned it there and they are
+        free; else where `place` (the policy's) puts them, on one host for one process."""
+        alloc = self.pool.one_host(n, only=host) if host is not None else None
+        return alloc if alloc is not None else self._one_host(job, n, place(job, n, self.pool))
+
+    def _start(self, job: Job, n: int, now: float, host: str | None = None) -> None:
+        alloc = self._place(job, n, host, self.policy.place)
         if alloc is None:
             return  # GPUs still held by stopping jobs, or not on one host: a later round places it
 
@@ -986,6 +1052,17 @@ def _is_store_error(e: BaseException) -> bool:
 
 def _alloc_data(alloc: Allocation | None) -> dict[str, list[int]]:
     return {k: list(v) for k, v in (alloc or {}).items()}
+
+
+def _one_process_first(chosen: dict[Job, int]) -> list[tuple[Job, int]]:
+    """The round's wants, one-process jobs first (on the hosts planned for them), then those
+    that may span hosts (on what is left, wherever it is); each kind in the policy's order."""
+    return sorted(chosen.items(), key=lambda want: _spans(want[0]))
+
+
+def _spans(job: Job) -> bool:
+    """Whether `job` may span hosts (sorts one-process jobs first)."""
+    return not job.spec.single_process
 
 
 def _flat(alloc: Allocation) -> list[tuple[str, int]]:

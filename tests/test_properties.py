@@ -1,9 +1,10 @@
 """Properties over random traces and clusters (hypothesis), under every policy (some jobs elastic,
 some with deadlines): no GPU is ever held by two jobs, the free pool and the allocations always
 partition the cluster, every job ends in a final state, a plain-Python job (one process) never
-spans hosts, and FIFO never starts a later job before an earlier one. (With the elastic policies that resize by restarts, 300 examples found the
-engine's double-listed GPUs of 2026-11-26 in two runs of four; with the four policies before and 80
-examples, it showed once, in a full-suite run.)"""
+spans hosts, and FIFO never starts a later job before an earlier one. (With the elastic policies
+that resize by restarts, 300 examples found the engine's double-listed GPUs of 2026-11-26 in two
+runs of four; with the four policies before and 80 examples, it showed once, in a full-suite
+run.)"""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
 SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
                        "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 LOGS_LINES = 1000  # what `%schedulearn logs ID` shows unless told otherwise (--tail N, --all)
-SUBCOMMANDS = ("queue", "ls", "logs ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
+SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
@@ -322,7 +322,7 @@ class SchedulearnMagics(Magics):
     # -- %schedulearn ---------------------------------------------------------------------------
     @line_magic("schedulearn")
     def schedulearn_line(self, line: str) -> Any:
-        """%schedulearn queue | ls | logs ID | cancel ID | result ID | policy [NAME] | gpus"""
+        """%schedulearn queue | ls | logs ID | script ID | cancel ID | result ID | policy [NAME] | gpus"""
         try:
             words = shlex.split(line)
         except ValueError as e:
@@ -332,8 +332,8 @@ class SchedulearnMagics(Magics):
             return None
         cmd, rest = words[0], words[1:]
         handlers = {
-            "queue": self._queue, "ls": self._ls, "logs": self._logs, "cancel": self._cancel,
-            "result": self._result, "policy": self._policy, "gpus": self._gpus,
+            "queue": self._queue, "ls": self._ls, "logs": self._logs, "script": self._script,
+            "cancel": self._cancel, "result": self._result, "policy": self._policy, "gpus": self._gpus,
         }
         if cmd not in handlers:
             allowed = ", ".join(SUBCOMMANDS)
@@ -344,6 +344,7 @@ class SchedulearnMagics(Magics):
         return ("%schedulearn queue          live table of jobs and the policy dropdown\n"
                 "%schedulearn ls             the jobs, as text\n"
                 "%schedulearn logs ID        a job's log (its last 1,000 lines; --tail N, --all)\n"
+                "%schedulearn script ID      the cell (or script) a job runs\n"
                 "%schedulearn cancel ID      cancel a job\n"
                 "%schedulearn result ID      a finished job's result\n"
                 "%schedulearn policy [NAME]  show the policies, or switch to NAME\n"
@@ -403,6 +404,17 @@ class SchedulearnMagics(Magics):
             print(text, end="" if text.endswith("\n") else "\n")
         else:
             print(f"({empty_log_note(self._call(self.client.job, job_id))})")
+
+    def _script(self, rest: list[str]) -> None:
+        """`script ID`: the notebook cell a job of `%%schedulearn` runs (not the ~30 KB of the
+        script it travels in), or the script of any other job."""
+        job_id = self._job_id("script", rest)
+        script = self._call(self.client.script, job_id)
+        cell = bundle.cell_of(script)
+        if cell is not None:
+            print(f"(job {job_id} runs this notebook cell; the whole script: schedulearn script {job_id})")
+            script = cell
+        print(script, end="" if script.endswith("\n") else "\n")
 
     def _cancel(self, rest: list[str]) -> None:
         job = self._call(self.client.cancel, self._job_id("cancel", rest))

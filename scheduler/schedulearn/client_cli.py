@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("ls", help="list jobs")
     _common(p)
-    p.add_argument("--state", help="queued, running, succeeded, failed or cancelled")
+    p.add_argument("--state", help="queued, starting, running, succeeded, failed or cancelled")
     p.add_argument("--user", help="only this user's jobs")
     p.add_argument("--limit", type=int, default=None,
                    help=f"only the newest N (the table: {LS_ROWS} unless --all; --json: all)")

@@ -233,6 +233,7 @@ def test_bad_line_magic_input(shell: InteractiveShell, client: Client) -> None:
         ("frobnicate", "unknown command 'frobnicate'"),
         ("logs", "expected a job id, then --tail N or --all"),
         ("cancel x", "expected one job id"),
+        ("script", "expected one job id"),
         ("logs 999999", "no job with id 999999"),
     ]:
         r = shell.run_cell(f"%schedulearn {line}")
@@ -282,6 +283,19 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     done = cell(shell, "--no-wait", "'kept'").result
     done.wait(timeout=60)
     assert shell.run_cell(f"%schedulearn result {done.id}").result == "kept"
+
+    # the cell a job runs, not the script it travels in; any other job's script whole
+    capsys.readouterr()
+    shell.run_cell(f"%schedulearn script {handle.id}")
+    assert capsys.readouterr().out == (f"(job {handle.id} runs this notebook cell; the whole script: "
+                                       f"schedulearn script {handle.id})\n"
+                                       "import time\nprint('tick', flush=True)\ntime.sleep(60)\n")
+    plain = client.submit({"script": "print('plain')\n", "name": "plain"})
+    shell.run_cell(f"%schedulearn script {plain['id']}")
+    assert capsys.readouterr().out == "print('plain')\n"
+    command = client.submit({"command": ["true"]})
+    r = shell.run_cell(f"%schedulearn script {command['id']}")
+    assert isinstance(r.error_in_exec, UsageError) and "runs a command, not a script" in str(r.error_in_exec)
 
 
 def test_logs_line_magic_shows_the_last_lines_unless_told(shell: InteractiveShell, client: Client,

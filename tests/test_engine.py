@@ -197,6 +197,22 @@ def test_python_jobs_are_placed_before_the_jobs_that_may_span_hosts_on_the_host_
     assert held.state is d.state is c.state is JobState.running
     assert len(c.alloc) == 1 and d.alloc.keys() == held.alloc.keys() and e.pool.total == 0
 
+
+def test_an_elastic_python_job_grows_into_what_one_host_has_free_and_stops_no_one():
+    """Elastic FIFO grows e (1 GPU, up to 4) into the idle GPUs: 4 fit the count, not one host.
+    e is first in line, yet only its minimum could be promised out of y's GPUs: it takes the
+    most one host has free (2, a restart) and y, after it in line, keeps running."""
+    e = Engine(virtual_cluster(2, 4), "fifo", executor=Holding(), clock=lambda: 0.0)
+    grows = e.submit(JobSpec(command=["e"], gpus=1, max_gpus=4), now=0)
+    y = e.submit(JobSpec(command=["y"], gpus=2), now=0)
+    z = e.submit(JobSpec(command=["z"], gpus=2, launcher="torchrun"), now=0)
+    e.round(0)
+    assert grows.alloc.keys() == y.alloc.keys() and grows.size == 1
+    e.set_policy("elastic-fifo")
+    e.round(1)
+    assert (grows.size, len(grows.alloc), grows.restarts) == (2, 1, 1)
+    assert y.state is z.state is JobState.running and y.restarts == z.restarts == 0
+
 def test_under_fifo_the_python_job_first_in_line_still_blocks_the_line():
     e = Engine(virtual_cluster(2, 4), "elastic-fifo", executor=Holding(), clock=lambda: 0.0)
     for name in "ab":

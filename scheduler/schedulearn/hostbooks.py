@@ -13,7 +13,9 @@ promised out of the latter. The engine builds them at the first one-process want
 more than one host and weighs every later want through them. A running job weighed on a host
 where a job ahead of it in the policy's order was promised GPUs that the running jobs weighed
 after it cannot give is not kept (it stops, as a want that does not fit): its GPUs settle the
-promise. Each one-process job placed anew is given a host (`plan`) where the engine starts it,
+promise. Only what a job must have is promised: all of a rigid job, an elastic one's minimum
+(else it takes the most one host has free; one growing by a restart stays as it is rather than
+shrink). Each one-process job placed anew is given a host (`plan`) where the engine starts it,
 before the jobs that may span hosts: those take what is left, wherever it is (the round's GPU
 count, which every want is weighed against too, says that it is enough).
 """
@@ -53,15 +55,15 @@ class HostBooks:
         GPUs, shrinks on them or grows from where it is; a queued one, or one resized by a
         restart, is placed anew): the GPUs it is given, 0 where it cannot have any."""
         if job.state is JobState.queued:
-            return self._place(job, n)
+            return self._place(job, self._find(job, n))
         size = job.size
         if n != size and not job.spec.in_place:  # it moves: placed anew, its own GPUs freed first
             saved = [(h, self.free[h], self.unweighed[h], self.owed[h]) for h in job.alloc if h in self.free]
             self._release(job.alloc)
-            got = self._place(job, n)
-            if got:
-                return got
-            for h, free, unweighed, owed in saved:  # no host holds it: it stays as it is
+            found = self._find(job, n)
+            if found is not None and (found[0] > size if n > size else found[0] < size):
+                return self._place(job, found)  # (on a new size the way it asked: else it stays)
+            for h, free, unweighed, owed in saved:  # no host holds it on a new size: it stays
                 self._set(h, free)
                 self.unweighed[h], self.owed[h] = unweighed, owed
             n = size
@@ -73,7 +75,8 @@ class HostBooks:
         if n > size and job.spec.single_process:  # it grows on its host, by what is free there
             host = next(iter(job.alloc))
             n = size + min(n - size, self.free.get(host, 0))
-            self._set(host, self.free[host] - (n - size))
+            if n > size:
+                self._set(host, self.free[host] - (n - size))
         return n
 
     # -- the books -------------------------------------------------------------------------
@@ -107,31 +110,49 @@ class HostBooks:
                     return False
         return True
 
-    def _place(self, job: Job, n: int) -> int:
+    def _find(self, job: Job, n: int) -> tuple[int, str | None] | None:
+        """Where `job` would be placed anew on n GPUs, and on how many; None: nowhere. An
+        elastic one takes the most one host has free, down to its minimum; only what it must
+        have (its minimum; all of a rigid job) may be promised out of running jobs."""
         if not job.spec.single_process:
-            return n  # (anywhere: after the one-process jobs)
-        host = self._one_host(n)
-        if host is None and job.spec.elastic:  # it takes the most one host has, down to its minimum
-            n = max((k + self.unweighed[h] - self.owed[h] for h, k in self.free.items()), default=0)
-            host = self._one_host(n) if n >= job.spec.min_size else None
+            return n, None  # (anywhere: after the one-process jobs)
+        host = self._best_fit(n)
+        if host is None and job.spec.elastic:
+            most = next((k for k in range(len(self.by_free) - 1, 0, -1) if self.by_free[k]), 0)
+            if most >= job.spec.min_size:
+                return most, next(iter(self.by_free[most]))
+            n = job.spec.min_size
+            host = self._best_fit(n)
         if host is None:
+            host = self._room(n)
+        return None if host is None else (n, host)
+
+    def _place(self, job: Job, found: tuple[int, str | None] | None) -> int:
+        """Book what `_find` found: the GPUs the job is given (0: none)."""
+        if found is None:
             return 0
+        n, host = found
+        if host is None:
+            return n
         take = min(self.free[host], n)
         self._set(host, self.free[host] - take)
         self.owed[host] += n - take
         self.plan[job] = host
         return n
 
-    def _one_host(self, n: int) -> str | None:
-        """The host for n GPUs of one process: best fit among those with n free (as
-        `FreePool.one_host` places it; among equals maybe another, and the job starts there);
-        else the one with the most free of those where running jobs not weighed yet hold the
-        rest (they stop for it)."""
-        if n >= self.too_many:
-            return None
-        for k in range(max(n, 0), len(self.by_free)):
+    def _best_fit(self, n: int) -> str | None:
+        """The host with n free GPUs and the fewest such (as `FreePool.one_host` places; among
+        equals maybe another, and the job starts there)."""
+        for k in range(n, len(self.by_free)):
             if self.by_free[k]:
                 return next(iter(self.by_free[k]))
+        return None
+
+    def _room(self, n: int) -> str | None:
+        """The host with the most free GPUs of those where running jobs not weighed yet hold the
+        rest of n (they stop for it)."""
+        if n >= self.too_many:
+            return None
         room = [h for h, k in self.free.items() if k + self.unweighed[h] - self.owed[h] >= n]
         if not room:
             self.too_many = n

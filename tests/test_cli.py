@@ -290,3 +290,19 @@ def test_a_long_simulation_shows_its_progress(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith("simulate: qoe: 40/160 jobs done, 3.0 h simulated, ") and " s left" in err
+
+
+def test_the_time_left_follows_a_slow_tail():
+    """Most jobs of a trace end in its first seconds; a few long ones then run for simulated
+    weeks, and the run's whole pace said `~0 s left` through all of that tail. The time left goes
+    by the slower of the whole run's pace and the last third's (at least 3 s)."""
+    from schedulearn import cli as cli_module
+
+    shown = cli_module._Progress("goodput", 1000)
+    shown.began = 0.0
+    shown.seen.clear()
+    shown.seen.extend([(0.0, 0), (1.0, 450), (2.0, 900)])
+    assert shown._left(2.0, 900) == pytest.approx(100 * 2 / 900)  # all fast so far: that pace
+    shown.seen.extend([(5.0, 900), (6.5, 905), (8.0, 910)])
+    assert shown._left(8.0, 910) == pytest.approx(90 * 0.3)  # 10 jobs in the last 3 s
+    assert shown.seen[0] == (5.0, 900)  # what is older than the window is let go

@@ -11,6 +11,7 @@ Usage errors are one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import importlib.util
 import json
@@ -263,9 +264,13 @@ def _settings_line(cluster: str, interval: float | None, tick: float, penalty: f
 class _Progress:
     """`simulate: qoe: 57/160 jobs done, 5.2 h simulated, 31 s, ~55 s left` on stderr while a
     long simulation runs: rewritten in place on a terminal (at most twice a second), a line every
-    `EVERY` seconds elsewhere (a CI log); nothing in its first seconds (short runs stay quiet)."""
+    `EVERY` seconds elsewhere (a CI log); nothing in its first seconds (short runs stay quiet).
 
-    QUIET_S, EVERY = 2.0, 15.0
+    The time left is the slower of two paces: the whole run's, and the last third's (at least
+    `WINDOW_S`). Jobs end fast while the queue drains and slowly in the tail, when a few long jobs
+    run on for simulated weeks; the whole run's pace alone said `~0 s left` through a 10-s tail."""
+
+    QUIET_S, EVERY, WINDOW_S = 2.0, 15.0, 3.0
 
     def __init__(self, policy: str, total: int) -> None:
         self.policy, self.total = policy, total
@@ -273,13 +278,15 @@ class _Progress:
         self.began = time.perf_counter()
         self.last = self.began + self.QUIET_S - (0.5 if self.tty else self.EVERY)
         self.drawn = False
+        self.seen: collections.deque[tuple[float, int]] = collections.deque([(self.began, 0)])
 
     def __call__(self, done: int, sim_s: float) -> None:
         now = time.perf_counter()
+        self.seen.append((now, done))
         if now - self.last < (0.5 if self.tty else self.EVERY) or done >= self.total:
             return
         self.last, took = now, now - self.began
-        left = took * (self.total - done) / done
+        left = self._left(now, done)
         line = (f"simulate: {self.policy}: {done}/{self.total} jobs done, {sim_s / 3600:.1f} h "
                 f"simulated, {took:.0f} s, ~{left:.0f} s left")
         if self.tty:
@@ -288,6 +295,17 @@ class _Progress:
         else:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+    def _left(self, now: float, done: int) -> float:
+        """Seconds left at the slower of the whole run's pace and the recent one's."""
+        since = now - max(self.WINDOW_S, (now - self.began) / 3)
+        while len(self.seen) > 1 and self.seen[1][0] <= since:
+            self.seen.popleft()
+        t0, done0 = self.seen[0]
+        paces = [(now - self.began) / done]
+        if done > done0:
+            paces.append((now - t0) / (done - done0))
+        return max(paces) * (self.total - done)
 
     def clear(self) -> None:
         if self.drawn:

@@ -306,3 +306,15 @@ def test_the_time_left_follows_a_slow_tail():
     shown.seen.extend([(5.0, 900), (6.5, 905), (8.0, 910)])
     assert shown._left(8.0, 910) == pytest.approx(90 * 0.3)  # 10 jobs in the last 3 s
     assert shown.seen[0] == (5.0, 900)  # what is older than the window is let go
+
+
+def test_tables_print_control_characters_as_escapes(capsys):
+    """A name stored before names were checked (or any cell) cannot drive the terminal that
+    `schedulearn ls` prints to: its control characters are written as escapes, and the columns
+    stay aligned."""
+    from schedulearn import client_cli
+
+    client_cli._table([["ID", "NAME", "STATE"], ["1", "a\x1b[2J\tb\x9b", "queued"], ["2", "ok", "running"]])
+    head, first, second = capsys.readouterr().out.splitlines()
+    assert first == "1   a\\x1b[2J\\tb\\x9b  queued"
+    assert head.index("STATE") == first.index("queued") == second.index("running")

@@ -26,7 +26,9 @@ BAD: list[tuple[bytes, str]] = [
     (b'{"command": ["true"], "env": {"A\\u0000B": "1"}}', SHELL_NAME + "'A\\x00B'"),
     (b'{"command": ["true"], "env": {"OK": "a\\u0000"}}', "env: " + NUL + " in a value"),
     (b'{"command": ["true", "a\\u0000"]}', "command: " + NUL + " in an argument"),
-    (b'{"command": ["true"], "name": "a\\u0000"}', "name: NUL characters (\\u0000) are not allowed"),
+    (b'{"command": ["true"], "name": "a\\u0000"}', "name: control characters (tab, newline, escape, ...)"),
+    (b'{"command": ["true"], "name": "a\\u001b[2J"}', "name: control characters (tab, newline, escape, ...) "
+     "are not allowed, got 'a\\x1b[2J'"),
     (b'{"command": ["echo", "\\udfff"]}', "command: " + SURROGATE),
     (b'{"script": "print(\\"\\ud800\\")"}', "script: " + SURROGATE),
     (b'{"command": ["true"], "env": {"\\udfff": "1"}}', SHELL_NAME + "'\\udfff'"),

@@ -30,6 +30,11 @@ OK = {"command": ["true"]}
     ({"env": {"OK": "\ud800"}}, "env: lone surrogate characters"),
     ({"env": {"\udfff": "x"}}, "env: names must match "),
     ({"name": "x\udfff"}, "name: lone surrogate characters"),
+    ({"name": "a\tb"}, "name: control characters (tab, newline, escape, ...) are not allowed, got 'a\\tb'"),
+    ({"name": "a\nb"}, "name: control characters (tab, newline, escape, ...) are not allowed, got 'a\\nb'"),
+    ({"name": "\x1b[2J"}, "name: control characters (tab, newline, escape, ...) are not allowed, "
+                           "got '\\x1b[2J'"),
+    ({"name": "a\x9b"}, "name: control characters"),  # C1 too
     ({"command": None, "script": "print('\udfff')"}, "script: lone surrogate characters"),
     ({"workdir": "/tmp/\udc80"}, "workdir: lone surrogate characters"),
 ])

@@ -29,6 +29,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from schedulearn import deadlines
+from schedulearn.client import printable
 from schedulearn.model import JobSpec, SpecError, gpus_from_text
 from traitlets import Bool, Float, Int
 
@@ -222,7 +223,9 @@ class SchedulearnMagics(Magics):
 
     def _default_name(self) -> str:
         notebook = os.environ.get("JPY_SESSION_NAME", "")
-        stem = Path(notebook).stem if notebook else "cell"
+        # a name is one line of at most 200 characters (model.JobSpec): a notebook's file name
+        # may be longer, or hold a tab, and the user did not choose this name
+        stem = printable(Path(notebook).stem)[:180] if notebook else "cell"
         # The number the notebook shows as In [N]: ipykernel has already counted the running
         # cell in `execution_count` (it is N + 1 there); the display hook's count is N in both
         # ipykernel and terminal IPython.

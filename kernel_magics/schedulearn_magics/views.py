@@ -7,7 +7,7 @@ import time
 from collections import deque
 from typing import Any
 
-from schedulearn.client import shown_gpus
+from schedulearn.client import printable, shown_gpus
 from schedulearn.deadlines import deadline_text
 
 
@@ -209,7 +209,7 @@ def job_rows(jobs: list[dict[str, Any]], now: float | None = None) -> list[tuple
 
 
 def text_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
-    rows = [COLUMNS, *job_rows(jobs, now)]
+    rows = [COLUMNS, *([printable(c) for c in r] for r in job_rows(jobs, now))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 

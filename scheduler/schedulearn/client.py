@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -281,6 +282,16 @@ def _from_a_line(data: bytes) -> bytes:
     if (redrawn := data.rfind(b"\r", 0, end)) >= 0:
         return data[redrawn:]
     return data[end + 1:] if end < len(data) - 1 else data
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # model.CONTROL (this module is standard library only)
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as escapes (`\\t`, `\\x1b`): a table cell that
+    cannot move the cursor, clear the screen or shift the columns of the terminal it is printed
+    to (a job named before names were checked, a reason quoting what a job printed)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def shown_gpus(job: dict[str, Any]) -> str:

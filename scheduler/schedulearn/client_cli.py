@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import deadlines
-from .client import Client, ClientError, empty_log_note, shown_gpus
+from .client import Client, ClientError, empty_log_note, printable, shown_gpus
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
 COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "gpus")
@@ -216,6 +216,7 @@ def _ago(t: float | None) -> str:
 
 
 def _table(rows: list[list[str]]) -> None:
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

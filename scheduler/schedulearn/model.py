@@ -77,6 +77,8 @@ RESIZE_MODES = tuple(m.value for m in Resize)
 #: What an environment variable's name may be: a shell identifier (`export` accepts nothing else).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_TEXT = "[A-Za-z_][A-Za-z0-9_]*"
+#: Control characters (Unicode category Cc: C0, DEL and C1), which a one-line text field refuses.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Fields a live server (not the simulator) refuses: they describe a simulated run.
 SIMULATION_ONLY = ("duration", "application")
 
@@ -133,6 +135,15 @@ class JobSpec(BaseModel):
                     raise ValueError(f"names must match {ENV_NAME_TEXT} (a shell identifier), got {name!r}")
                 if "\x00" in value:
                     raise ValueError(f"NUL characters (\\u0000) are not allowed in a value ({name})")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str, info: ValidationInfo) -> str:
+        """A name is one line of text: every view prints it (`schedulearn ls` to a terminal, where
+        another user's `\x1b[2J` would clear the screen, or a tab would shift the columns)."""
+        if _at_boundary(info) and CONTROL.search(v):
+            raise ValueError(f"control characters (tab, newline, escape, ...) are not allowed, got {v!r}")
         return v
 
     @field_validator("command")

@@ -83,6 +83,17 @@ def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: C
     assert spec["priority"] == 5 and spec["gpus"] == 2
 
 
+def test_a_notebook_of_any_file_name_gets_a_valid_default_job_name(
+        shell: InteractiveShell, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default name is the notebook's: one that is long or holds a tab still submits (a
+    name is one line of at most 200 characters, and the user did not choose this one)."""
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/u/" + "x" * 250 + "\tdraft.ipynb")
+    handle = cell(shell, "--no-wait", "'ok'").result
+    name = handle.job["name"]
+    assert name.startswith("x" * 180) and "\t" not in name and len(name) <= 200, name
+    assert handle.result(timeout=60) == "ok"
+
+
 def test_a_deadline_reaches_the_spec_and_the_job_view(shell: InteractiveShell, client: Client) -> None:
     """`--deadline 2h` is two hours after submission; the job dict and its text say so."""
     before = time.time()

@@ -196,6 +196,7 @@ def test_the_job_tables_show_each_deadline() -> None:
     rows = views.job_rows([risky, late, none], now=0)
     assert [r[at] for r in rows] == ["in 20 min, at risk", "missed by 12 min", ""]
     assert views.text_table([risky], now=0).splitlines()[0].split()[-1] == "deadline"
+    assert "\\x1b[2J\\t" in views.text_table([{**none, "name": "\x1b[2J\t"}], now=0)  # stored before checks
     assert "<td style='padding:0 8px'>in 20 min, at risk</td>" in views.html_table([risky], now=0)
 
 

@@ -66,6 +66,8 @@ DISCOVER_SCRIPT = "discover_hosts.sh"
 HOSTS_FILE = "hosts"
 GPUS_FILE = "gpus"
 WORKERS_DIR = "workers"
+#: A local run's exit-status recorder (`schedulearn.exitwrap`): standard library only, by path.
+EXITWRAP = str(Path(__file__).resolve().parents[1] / "exitwrap.py")
 #: The fork server of pre-warmed workers (`schedulearn.prewarm`): standard library only, by path.
 PREWARM = str(Path(__file__).resolve().parents[1] / "prewarm.py")
 #: Each Horovod Elastic worker: its GPUs from the `gpus` file (read when it starts: a worker
@@ -394,13 +396,19 @@ def build_workers(
     return [Worker(hosts[0], argv, env_for(hosts[0]), tuple(alloc[hosts[0]]))]
 
 
-def wrap_exit_code(argv: list[str], exit_file: str | Path) -> list[str]:
-    """Run `argv` under `/bin/sh`, which records its exit status in `exit_file` and exits with it.
+#: The exit-status wrapper where the job's account cannot run the jobs' Python (the server warns
+#: of such an account at start, docs/server.md): a SIGTERM between its fork and the command's
+#: exec is lost (`schedulearn.exitwrap` says why), and such a stop then waits for SIGKILL.
+_SH_WRAPPER = 'f=$1; shift; trap : TERM INT; "$@"; rc=$?; echo $rc > "$f"; exit $rc'
 
-    The wrapper keeps a SIGTERM trap so that it outlives the command and writes the status even
-    when the job is stopped; the command itself gets default signal dispositions. A job started
-    before a server restart can then report its real exit code to the next server. The shell's
-    `$0` is `schedulearn-job`, so a command it cannot run reads `schedulearn-job: 1: python: not
-    found` in the job's log (it named the exit-code file before)."""
-    script = 'f=$1; shift; trap : TERM INT; "$@"; rc=$?; echo $rc > "$f"; exit $rc'
-    return ["/bin/sh", "-c", script, "schedulearn-job", str(exit_file), *argv]
+
+def wrap_exit_code(argv: list[str], exit_file: str | Path, python: str | None = sys.executable) -> list[str]:
+    """Run `argv` under `schedulearn/exitwrap.py`, which records its exit status in `exit_file`
+    and exits with it: it outlives the command when the job is stopped, so a job started before
+    a server restart can report its real exit code to the next server, and no SIGTERM sent to
+    the group is lost while the command starts (see `schedulearn.exitwrap`). A command it cannot
+    run reads `schedulearn-job: python: not found` in the job's log. With `python` None, under
+    `/bin/sh` instead (`_SH_WRAPPER`)."""
+    if python is None:
+        return ["/bin/sh", "-c", _SH_WRAPPER, "schedulearn-job", str(exit_file), *argv]
+    return [python, "-I", "-S", EXITWRAP, str(exit_file), *argv]

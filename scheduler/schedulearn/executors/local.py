@@ -42,6 +42,7 @@ from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
 from .launch import (
+    EXITWRAP,
     RUNNER,
     WORKERS_DIR,
     build_workers,
@@ -97,6 +98,7 @@ class LocalExecutor(RunExecutor):
         self.use_uuids = use_uuids
         self.env = dict(env or {})  # for every job, on top of the allow-list (launch.job_environment)
         self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
+        self._can_run: dict[int, bool] = {}  # uid -> whether that account can run self.python
         self.inventory = inventory  # this host's GPUs (default: NVML, or none)
         self._boot_id = _boot_id()
         self._init_runs()
@@ -127,24 +129,35 @@ class LocalExecutor(RunExecutor):
         return True
 
     def account_problem(self, account: Any) -> str | None:
-        """Whether `account` can run the jobs' Python and read the job runner, as its jobs must
-        (this Python may live where only root can read, e.g. a virtualenv under /root: every
-        Python job of that account then failed with `python: Permission denied`)."""
+        """Whether `account` can run the jobs' Python and read the job runner and the exit-status
+        wrapper, as its jobs must (this Python may live where only root can read, e.g. a
+        virtualenv under /root: every job of that account then failed with `python: Permission
+        denied`)."""
         env = job_environment({}, python=self.python, pythonpath=_PACKAGE_ROOT, home=account.home,
                               user=account.name)
-        probe = "import os, sys; sys.exit(0 if os.access(sys.argv[1], os.R_OK) else 3)"
+        probe = "import os, sys; sys.exit(0 if all(os.access(f, os.R_OK) for f in sys.argv[1:]) else 3)"
         try:
-            p = subprocess.run([self.python, "-c", probe, RUNNER], cwd="/", env=env, capture_output=True,
-                               text=True, timeout=60, **account.popen_kwargs())
+            p = subprocess.run([self.python, "-c", probe, RUNNER, EXITWRAP], cwd="/", env=env,
+                               capture_output=True, text=True, timeout=60, **account.popen_kwargs())
         except OSError as e:
             return f"it cannot run {self.python} ({e.strerror})"
         except subprocess.TimeoutExpired:
             return f"{self.python} did not start in 60 s as that account"
         if p.returncode == 3:
-            return f"it cannot read the job runner {RUNNER}"
+            return f"it cannot read the job runner {RUNNER}"  # exitwrap.py lies beside it
         if p.returncode != 0:
             return f"{self.python} fails as that account ({(p.stderr.strip().splitlines() or ['?'])[-1]})"
         return None
+
+    def _wrapper_python(self, account: Any) -> str | None:
+        """The Python that runs `account`'s exit-status wrapper (`schedulearn.exitwrap`): the jobs'
+        own, unless that account cannot run it (then None: the `/bin/sh` wrapper, as before
+        2026-11-29, so that its jobs that need no Python of the server's still start)."""
+        if account is None:
+            return self.python
+        if account.uid not in self._can_run:
+            self._can_run[account.uid] = self.account_problem(account) is None
+        return self.python if self._can_run[account.uid] else None
 
     # -- beyond the Executor interface -------------------------------------------------------------
     def pid(self, job_id: int) -> int | None:
@@ -273,9 +286,10 @@ class LocalExecutor(RunExecutor):
             cuda = worker.env["CUDA_VISIBLE_DEVICES"]
             logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
             logf.flush()
+            argv = [*_GATE, *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
             try:
                 popen = subprocess.Popen(
-                    [*_GATE, *wrap_exit_code(worker.argv, exit_file)], cwd=cwd, env=env,
+                    argv, cwd=cwd, env=env,
                     stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
                     close_fds=True, **(account.popen_kwargs() if account is not None else {}))
             except OSError as e:

@@ -241,6 +241,31 @@ def test_ls_shows_the_newest_jobs_and_says_when_there_are_more(live_server: Live
     assert main(["ls", *where, "--json"]) == 0
     assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ids
 
+def test_cancelling_several_jobs_starts_none_of_them(live_server: LiveServer, capsys) -> None:
+    """`schedulearn cancel RUNNING QUEUED...`: the queued ones are cancelled first, newest first,
+    so that stopping the running job (or the one first in line) does not start the next one
+    listed only to stop it (it did: its run began 2 ms before its cancel came). Answers are
+    said in the order asked; an unknown id is one line and exit status 1."""
+    from schedulearn.cli import main
+
+    live_server.start()
+    c = Client(live_server.url, live_server.token)
+    running = c.submit({"name": "all", "command": SLEEP, "gpus": 4})
+    wait_for(lambda: c.job(running["id"])["state"] == "running", what="the 4-GPU job to start")
+    first = c.submit({"name": "first", "command": SLEEP, "gpus": 4})
+    second = c.submit({"name": "second", "command": SLEEP, "gpus": 2})
+    where = ["--url", live_server.url, "--token", live_server.token]
+    ids = [running["id"], first["id"], second["id"]]
+    assert main(["cancel", *where, *map(str, ids), "999999"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"job {ids[0]}: stopping", f"job {ids[1]}: cancelled",
+                                f"job {ids[2]}: cancelled"]
+    assert err.count("\n") == 1 and err.startswith("schedulearn: job: no job with id")
+    wait_for(lambda: c.job(running["id"])["state"] == "cancelled", what="the running job to stop")
+    for job in (first, second):
+        assert c.job(job["id"])["start_time"] is None  # never started
+
+
 def ls_gpus(env: dict) -> dict[int, str]:
     """The GPUS column of `schedulearn ls`, by job id (read at the header's offsets)."""
     head, *rows = cli(env, "ls").stdout.splitlines()

@@ -301,21 +301,33 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     client = _client_or_none(args)
     if client is None:
         return 1
-    done, failed = [], 0
-    for job_id in args.job_ids:
+    ids = list(dict.fromkeys(args.job_ids))
+    if len(ids) > 1:  # the queued first, newest first: stopping a running job, or cancelling the
+        try:          # job first in line, would start the next in line, to be stopped at once
+            queued = {j["id"] for j in client.jobs("queued")}
+        except ClientError:
+            queued = set()
+        ids.sort(key=lambda i: (i not in queued, -i))
+    answers: dict[int, dict[str, Any] | ClientError] = {}
+    for job_id in ids:
         try:
-            job = client.cancel(job_id)
-            done.append(job)
-            if not args.json:
-                print(f"job {job_id}: {'cancelled' if job['state'] == 'cancelled' else 'stopping'}")
+            answers[job_id] = client.cancel(job_id)
         except ClientError as e:
-            failed += 1
-            said = str(e)  # the server's message names the job (or the field) itself mostly
+            answers[job_id] = e
+    done = []
+    for job_id in dict.fromkeys(args.job_ids):  # said in the order asked
+        job = answers[job_id]
+        if isinstance(job, ClientError):
+            said = str(job)  # the server's message names the job (or the field) itself mostly
             named = said.startswith((f"job {job_id}:", "job:"))
             print(f"schedulearn: {said if named else f'job {job_id}: {said}'}", file=sys.stderr)
+            continue
+        done.append(job)
+        if not args.json:
+            print(f"job {job_id}: {'cancelled' if job['state'] == 'cancelled' else 'stopping'}")
     if args.json:
         _print_json({"jobs": done})
-    return 1 if failed else 0
+    return 1 if len(done) < len(answers) else 0
 
 
 def _client_or_none(args: argparse.Namespace) -> Client | None:

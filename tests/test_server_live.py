@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -134,6 +135,20 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     for program, status in [("import sys; sys.exit(3)", 3), ("import os; os.kill(os.getpid(), 9)", 128 + 9)]:
         ended = cli(env, "submit", "--wait", "--", sys.executable, "-c", program, check=False)
         assert ended.returncode == status and "failed" in ended.stderr, ended
+    # Ctrl-C ends the wait, not the job, and says so (it said nothing)
+    waiting = subprocess.Popen([sys.executable, "-m", "schedulearn.cli", "submit", "--wait", "--", *SLEEP],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert waiting.stdout is not None
+    waiting_id = int(waiting.stdout.readline().split()[2])  # `submitted job N (...)`
+    assert waiting.stdout.readline().startswith("=== schedulearn: start #0")  # following its log
+    waiting.send_signal(signal.SIGINT)
+    _, said = waiting.communicate(timeout=60)
+    assert waiting.returncode == 130 and said.strip() == (
+        f"schedulearn: job {waiting_id} goes on (Ctrl-C ended the wait only): schedulearn logs -f "
+        f"{waiting_id} follows it, schedulearn cancel {waiting_id} stops it")
+    c = Client(live_server.url, live_server.token)
+    assert c.job(waiting_id)["state"] in ("queued", "running")
+    c.cancel(waiting_id)
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job ")

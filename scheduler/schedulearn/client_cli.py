@@ -168,23 +168,34 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(job)
         else:
-            print(f"submitted job {job['id']} ({job['name']}, {job['state']})")
+            print(f"submitted job {job['id']} ({job['name']}, {job['state']})", flush=True)
         note = spec.get("deadline") is not None and deadlines.unplanned_note(client, "schedulearn policy qoe")
         if note:
             print(note, file=sys.stderr)
         if args.wait:
-            for line in client.follow(job["id"]):
-                sys.stdout.write(line)
-                sys.stdout.flush()  # a progress bar's drawing as it comes
-            job = client.job(job["id"])
-            print(f"job {job['id']}: {job['state']}" + (f" ({job['reason']})" if job.get("reason") else ""),
-                  file=sys.stderr)
-            return _wait_status(job)
+            return _wait(client, job)
     except ClientError as e:
         return _fail(str(e))
     except BrokenPipeError:  # `schedulearn submit --wait ... | head`
         return _reader_gone()
     return 0
+
+
+def _wait(client: Client, job: dict[str, Any]) -> int:
+    """`submit --wait`: the log as it comes, then the job's end on stderr and as the status.
+    Ctrl-C ends the wait, not the job, and says so."""
+    try:
+        for line in client.follow(job["id"]):
+            sys.stdout.write(line)
+            sys.stdout.flush()  # a progress bar's drawing as it comes
+        job = client.job(job["id"])
+    except KeyboardInterrupt:
+        print(f"\nschedulearn: job {job['id']} goes on (Ctrl-C ended the wait only): schedulearn logs -f "
+              f"{job['id']} follows it, schedulearn cancel {job['id']} stops it", file=sys.stderr)
+        return 130
+    print(f"job {job['id']}: {job['state']}" + (f" ({job['reason']})" if job.get("reason") else ""),
+          file=sys.stderr)
+    return _wait_status(job)
 
 
 def _wait_status(job: dict[str, Any]) -> int:

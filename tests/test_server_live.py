@@ -120,6 +120,8 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     assert empty.stdout == "" and empty.stderr == (
         f"schedulearn: job {broken['id']} has no log: it failed without writing any "
         "(command: 'nope-xyz-cmd' not found on PATH)\n"), empty.stderr
+    none_asked = cli(env, "logs", "--tail", "0", str(big["id"]))  # a log, and none of it asked for
+    assert none_asked.stdout == none_asked.stderr == ""
     # `script`: what a job runs, as submitted (job dicts carry its size only); a command's: 404
     source = tmp_path / "train.py"
     source.write_text("print('trained é')\n" + "# padding\n" * 5000)

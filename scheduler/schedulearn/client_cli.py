@@ -286,7 +286,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 sys.stdout.buffer.write(chunk)
                 wrote += len(chunk)
             sys.stdout.flush()
-            if not wrote:  # say why, on stderr: a job that failed at start has nothing here
+            if not wrote and args.tail != 0:  # say why, on stderr: a job failed at start has nothing
                 print(f"schedulearn: {empty_log_note(client.job(args.job_id))}", file=sys.stderr)
     except ClientError as e:
         return _fail(str(e))

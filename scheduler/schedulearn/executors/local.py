@@ -131,8 +131,8 @@ class LocalExecutor(RunExecutor):
     def account_problem(self, account: Any) -> str | None:
         """Whether `account` can run the jobs' Python and read the job runner and the exit-status
         wrapper, as its jobs must (this Python may live where only root can read, e.g. a
-        virtualenv under /root: every job of that account then failed with `python: Permission
-        denied`)."""
+        virtualenv under /root: every Python job of that account then failed with `python:
+        Permission denied`; its other jobs start under the `/bin/sh` wrapper)."""
         env = job_environment({}, python=self.python, pythonpath=_PACKAGE_ROOT, home=account.home,
                               user=account.name)
         probe = "import os, sys; sys.exit(0 if all(os.access(f, os.R_OK) for f in sys.argv[1:]) else 3)"

@@ -64,7 +64,7 @@ A Pollux workload runs by default in the set-up it was published with: --cluster
 Resizing in place: --resize in-place makes every job ask for it, --launcher picks the launcher,
 --in-place-penalty prices it (one figure, or per launcher); e.g. at the pauses measured with
 Horovod Elastic (docs/benchmarks.md, "Resize in place"):
-  schedulearn simulate traces/pollux/workloads/workload-1.csv --policy goodput \
+  schedulearn simulate traces/pollux/workloads/workload-1.csv --policy goodput \\
       --resize in-place --launcher horovod --in-place-penalty horovod=0.55
 Policies learn a job's pause only as live: measured from its steps around each resize.
 

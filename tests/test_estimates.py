@@ -221,6 +221,25 @@ def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
     assert "eta_s" not in summary(job, 300.0, Similar())
     assert "eta_s" not in summary(job, 1000.0, Similar())
 
+def test_what_users_see_of_an_estimate_is_always_finite_json():
+    """A job that reports a progress of 1e-320 (a fraction of no use, but a number in 0..1) had
+    an infinite time left, which the API wrote as `Infinity`: not JSON (the sidebar's parse of
+    the whole job list fails on it; schemathesis caught it). What is not finite is not shown."""
+    for reports in ([{"t": 17.0, "progress": 5e-324}],
+                    [{"t": 17.0, "progress": 1e-320}, {"t": 18.0, "progress": 2e-320}]):
+        job = Job(id=1, spec=JobSpec(command=["train"], gpus=1), submit_time=0.0)
+        job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+        ingest(job, reports)
+        out = summary(job, 20.0)
+        assert "eta_s" not in out and "eta_basis" not in out, out
+        json.dumps(out, allow_nan=False)
+    # nor does history's median of two huge run times overflow to an infinite prediction
+    pred = Predictor()
+    for value in (1e200, 1e300):
+        pred.add({"user": "u"}, value)
+    assert pred.predict({"user": "u"}) == pytest.approx(1e250)
+
+
 def test_after_its_first_progress_report_the_time_left_follows_the_pace_of_its_run():
     """One report gives progress but no rate yet. A job 5 % done after 17 s (a 300-s run) showed
     `~3s left?` from a similar 20-s job's history; it now shows what its pace so far says."""

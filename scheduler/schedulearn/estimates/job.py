@@ -311,6 +311,21 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
 
 def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
             per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
+    """`_summary`, less any figure that is not finite (with the basis of a dropped `eta_s`).
+    What users see is JSON: a job that reported `progress=1e-320` had `eta_s` infinite, which
+    the API wrote as `Infinity` — no JSON parser's number (schemathesis read it as null; the
+    sidebar's `JSON.parse` fails on it, and with it the whole job list)."""
+    out = _summary(job, now, history, capacity, per_node, restart_s)
+    for key, value in list(out.items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            del out[key]
+    if "eta_s" not in out:
+        out.pop("eta_basis", None)
+    return out
+
+
+def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
+             per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
     runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
     `eta_basis`: `progress` (its reported progress and rate; after its first report, before

@@ -92,7 +92,10 @@ class Predictor:
             if vals and (len(vals) >= self.min_count or not level):
                 s = sorted(vals)
                 mid = len(s) // 2
-                return s[mid] if len(s) % 2 else math.sqrt(s[mid - 1] * s[mid])
+                if len(s) % 2:
+                    return s[mid]
+                g = math.sqrt(s[mid - 1] * s[mid])  # the product of two huge ones overflows
+                return g if math.isfinite(g) else math.sqrt(s[mid - 1]) * math.sqrt(s[mid])
         return None
 
 

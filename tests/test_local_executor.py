@@ -363,7 +363,7 @@ def test_external_kill_fails_the_job_and_frees_its_gpus_fast(tmp_path):
 
 
 def _child_of(pid: int) -> int:
-    """The one child of `pid` (the job's command under its `/bin/sh` wrapper)."""
+    """The one child of `pid` (the job's command under its exit-status wrapper)."""
     kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     assert len(kids) == 1, kids
     return int(kids[0])

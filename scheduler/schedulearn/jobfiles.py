@@ -12,7 +12,7 @@ own two: the result's name and its MAC's suffix, re-exported below).
 * `metrics.jsonl` — what the job reports (`elastic.report`), read by the goodput policy.
 * `result.pkl`, `result.pkl.hmac` — rank 0's result and its MAC (`run.write_result`), handed out
   by the API only when the MAC is the job's (`results.open_result`).
-* `exit_code` — written by the executor's `/bin/sh` wrapper, read after a server restart.
+* `exit_code` — written by the local executor's wrapper (`exitwrap.py`), read after a server restart.
 * `pid` — the local executor's record of the running run, read after a server restart.
 * `.schedulearn-run.py` — the Docker executor's copy of the job runner (`run.py`).
 

@@ -141,7 +141,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _name(cls, v: str, info: ValidationInfo) -> str:
         """A name is one line of text: every view prints it (`schedulearn ls` to a terminal, where
-        another user's `\x1b[2J` would clear the screen, or a tab would shift the columns)."""
+        another user's `\\x1b[2J` would clear the screen, or a tab would shift the columns)."""
         if _at_boundary(info) and CONTROL.search(v):
             raise ValueError(f"control characters (tab, newline, escape, ...) are not allowed, got {v!r}")
         return v

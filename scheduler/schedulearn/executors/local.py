@@ -3,8 +3,8 @@
 Each job has a directory `<job_root>/<id>/`: the bundled script (`main.py`), `log.txt` (stdout
 and stderr of every run, appended, a marker line per (re)start and exit), `checkpoints/`, `pid`
 (pid, process start time and boot id of the running run: what a restarted server re-attaches
-to) and `exit_code` (written by a `/bin/sh` wrapper, so that a re-attached run's real exit
-status is known even though it is not our child).
+to) and `exit_code` (written by the run's wrapper, `schedulearn/exitwrap.py`, so that a
+re-attached run's real exit status is known even though it is not our child).
 
 The run lifecycle (stop = SIGTERM, `cancel_grace` seconds, SIGKILL; resize = the same stop, then
 a relaunch at the new size in the same directory with `SCHEDULEARN_RESTART_COUNT` =
@@ -98,7 +98,7 @@ class LocalExecutor(RunExecutor):
         self.use_uuids = use_uuids
         self.env = dict(env or {})  # for every job, on top of the allow-list (launch.job_environment)
         self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
-        self._can_run: dict[int, bool] = {}  # uid -> whether that account can run self.python
+        self._problems: dict[int, str | None] = {}  # uid -> account_problem's answer
         self.inventory = inventory  # this host's GPUs (default: NVML, or none)
         self._boot_id = _boot_id()
         self._init_runs()
@@ -132,7 +132,13 @@ class LocalExecutor(RunExecutor):
         """Whether `account` can run the jobs' Python and read the job runner and the exit-status
         wrapper, as its jobs must (this Python may live where only root can read, e.g. a
         virtualenv under /root: every Python job of that account then failed with `python:
-        Permission denied`; its other jobs start under the `/bin/sh` wrapper)."""
+        Permission denied`; its other jobs start under the `/bin/sh` wrapper). Asked once per
+        account (`serve` asks at start; the first launch of each account's jobs reuses it)."""
+        if account.uid not in self._problems:
+            self._problems[account.uid] = self._probe(account)
+        return self._problems[account.uid]
+
+    def _probe(self, account: Any) -> str | None:
         env = job_environment({}, python=self.python, pythonpath=_PACKAGE_ROOT, home=account.home,
                               user=account.name)
         probe = "import os, sys; sys.exit(0 if all(os.access(f, os.R_OK) for f in sys.argv[1:]) else 3)"
@@ -153,11 +159,7 @@ class LocalExecutor(RunExecutor):
         """The Python that runs `account`'s exit-status wrapper (`schedulearn.exitwrap`): the jobs'
         own, unless that account cannot run it (then None: the `/bin/sh` wrapper, as before
         2026-11-29, so that its jobs that need no Python of the server's still start)."""
-        if account is None:
-            return self.python
-        if account.uid not in self._can_run:
-            self._can_run[account.uid] = self.account_problem(account) is None
-        return self.python if self._can_run[account.uid] else None
+        return self.python if account is None or self.account_problem(account) is None else None
 
     # -- beyond the Executor interface -------------------------------------------------------------
     def pid(self, job_id: int) -> int | None:

@@ -29,6 +29,8 @@ BAD: list[tuple[bytes, str]] = [
     (b'{"command": ["true"], "name": "a\\u0000"}', "name: control characters (tab, newline, escape, ...)"),
     (b'{"command": ["true"], "name": "a\\u001b[2J"}', "name: control characters (tab, newline, escape, ...) "
      "are not allowed, got 'a\\x1b[2J'"),
+    (b'{"command": ["true"], "workdir": "."}', "workdir: expected an absolute path (on the machine the job "
+     "runs on), got '.'"),
     (b'{"command": ["echo", "\\udfff"]}', "command: " + SURROGATE),
     (b'{"script": "print(\\"\\ud800\\")"}', "script: " + SURROGATE),
     (b'{"command": ["true"], "env": {"\\udfff": "1"}}', SHELL_NAME + "'\\udfff'"),

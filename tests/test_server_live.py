@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
-def cli(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def cli(env: dict, *args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "schedulearn.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, cwd=cwd)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -151,6 +151,11 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     c = Client(live_server.url, live_server.token)
     assert c.job(waiting_id)["state"] in ("queued", "running")
     c.cancel(waiting_id)
+    # a relative --workdir is where the user typed it, not where the server was started
+    (tmp_path / "data").mkdir()
+    here = cli(env, "submit", "--wait", "--workdir", "data", "--", sys.executable, "-c",
+               "import os; print('cwd', os.getcwd())", cwd=tmp_path)
+    assert f"cwd {tmp_path / 'data'}\n" in here.stdout, here
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job ")

@@ -37,6 +37,10 @@ OK = {"command": ["true"]}
     ({"name": "a\x9b"}, "name: control characters"),  # C1 too
     ({"command": None, "script": "print('\udfff')"}, "script: lone surrogate characters"),
     ({"workdir": "/tmp/\udc80"}, "workdir: lone surrogate characters"),
+    ({"workdir": "data"}, "workdir: expected an absolute path (on the machine the job runs on), got 'data'"),
+    ({"workdir": "."}, "workdir: expected an absolute path"),
+    ({"workdir": ""}, "workdir: expected an absolute path (on the machine the job runs on), got ''"),
+    ({"workdir": "/tmp/a\x00b"}, "workdir: NUL characters (\\u0000) are not allowed"),
 ])
 def test_specs_that_cannot_launch_or_are_mistyped_are_one_line_errors(extra, error):
     with pytest.raises(SpecError) as e:
@@ -49,7 +53,8 @@ def test_specs_that_cannot_launch_or_are_mistyped_are_one_line_errors(extra, err
 @pytest.mark.parametrize("extra", [
     {"gpus": 2}, {"gpus": "auto"}, {"min_gpus": 1, "max_gpus": 4, "gpus": "auto"}, {"priority": -3},
     {"env": {"_A1": "x=y", "PATH_2": "é ✓ 🚀", "a": ""}}, {"name": "日本語 job ✓"},
-    {"command": ["echo", "🚀"]}, {"duration": 5}, {"duration": 2.5}, {"adaptive_batch": True},
+    {"command": ["echo", "🚀"]}, {"workdir": "/home/me/é"}, {"duration": 5}, {"duration": 2.5},
+    {"adaptive_batch": True},
 ])
 def test_good_specs_still_parse(extra):
     spec = JobSpec.parse({**OK, **extra})

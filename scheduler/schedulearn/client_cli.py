@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--image", help="Docker image (docker executor)")
     p.add_argument("--priority", type=int, default=None,
                    help="job priority (higher first, for policies that use it; default 0)")
-    p.add_argument("--workdir", help="working directory of the job")
+    p.add_argument("--workdir", help="working directory of the job (a relative path is taken from the "
+                   "current directory; default: the job's own directory)")
     p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--deadline", metavar="WHEN",
                    help="finish by: a duration from now (2h, 90m, 1h30m, 2d), a time today (18:00) or a date "
@@ -141,6 +142,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
+    if args.workdir is not None:  # as typed in a shell: relative to where it was typed
+        spec["workdir"] = os.path.abspath(os.path.expanduser(args.workdir))
     if args.deadline is not None:
         try:
             spec["deadline"] = deadlines.parse(args.deadline)

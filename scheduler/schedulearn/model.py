@@ -146,6 +146,18 @@ class JobSpec(BaseModel):
             raise ValueError(f"control characters (tab, newline, escape, ...) are not allowed, got {v!r}")
         return v
 
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Absolute: a relative one would be taken relative to the server's own working directory,
+        which no client knows (`--workdir .` ran the job wherever the server was started)."""
+        if v is not None and _at_boundary(info):
+            if not v.startswith("/"):
+                raise ValueError(f"expected an absolute path (on the machine the job runs on), got {v!r}")
+            if "\x00" in v:
+                raise ValueError("NUL characters (\\u0000) are not allowed")
+        return v
+
     @field_validator("command")
     @classmethod
     def _argv(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:

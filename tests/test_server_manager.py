@@ -109,6 +109,30 @@ def test_submit_cancel_and_ownership(tmp_path):
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("spec, error", [
+    ({"application": "bogus"}, "application: unknown 'bogus'; expected one of bert, cifar10, deepspeech2, "
+                               "imagenet, ncf, yolov3"),
+    ({"application": "cifar10", "batch_size": 100_000},
+     "batch_size: expected an integer from 1 to 4096 (cifar10's largest validated batch size), got 100000"),
+    ({"application": "ncf", "duration": 5}, "duration: give a duration (a rigid run) or an application (its "
+                                            "model), not both"),
+])
+def test_the_sim_executor_refuses_a_model_it_cannot_run(tmp_path, spec, error):
+    """An unknown application ran as a 1-s rigid job without a word, a batch past the application's
+    data for ever; now a one-line 400, and nothing is queued."""
+    async def main():
+        m = sim_manager(tmp_path)
+        with pytest.raises(ApiError) as e:
+            await m.submit(spec, "alice")
+        assert e.value.status == 400 and str(e.value) == error
+        assert m.store.list_jobs() == []
+        ok = await m.submit({"application": "cifar10", "batch_size": 4096}, "alice")
+        assert ok["state"] == "queued"
+        await m.stop()
+
+    asyncio.run(main())
+
+
 def test_simulated_jobs_end_on_the_wall_clock_and_events_fan_out(tmp_path):
     async def main():
         m = sim_manager(tmp_path)

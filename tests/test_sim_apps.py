@@ -245,8 +245,29 @@ def test_read_malformed_workload(tmp_path):
         read_workload(path)
 
     path.write_text("name,time,application,num_replicas,batch_size\na,-1,ncf,1,512\n")
-    with pytest.raises(ValueError, match=r":2: time: expected a number >= 0, got '-1'"):
+    with pytest.raises(ValueError, match=r":2: time: expected a number of seconds from 0 to 315,360,000, "
+                                         r"got '-1'"):
         read_workload(path)
+
+    # past 10 years, a slip of units: at 1e300 a job's run time vanished from its completion time
+    path.write_text("name,time,application,num_replicas,batch_size\na,1e300,ncf,1,512\n")
+    with pytest.raises(ValueError, match=r":2: time: expected a number of seconds from 0 to 315,360,000, "
+                                         r"got '1e300'"):
+        read_workload(path)
+    path.write_text("name,time,application,num_replicas,batch_size,deadline\na,0,ncf,1,512,1e12\n")
+    with pytest.raises(ValueError, match=r":2: deadline: expected seconds > 0 after arrival, "
+                                         r"at most 315,360,000"):
+        read_workload(path)
+
+    # a batch past the largest validated one: the model's gradient accumulation grew without end
+    # (a batch of 1e20 simulated for ever)
+    path.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,4097\n")
+    with pytest.raises(ValueError) as err:
+        read_workload(path)
+    assert str(err.value) == (f"{path}:2: batch_size: expected an integer from 1 to 4096 (cifar10's largest "
+                              "validated batch size), got 4097")
+    path.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,4096\nb,0,yolov3,2,1\n")
+    assert [j.batch_size for j in read_workload(path)] == [4096, 1]
 
     path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n1,2,3,4,5\n")
     assert not is_workload_csv(path)

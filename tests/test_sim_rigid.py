@@ -88,6 +88,8 @@ def test_rigid_reader(tmp_path):
     ("x,0,1.5,10", "t.csv:3: gpus: expected an integer, got '1.5'"),
     ("x,0,1,0", "t.csv:3: duration: expected a value > 0, got '0'"),
     ("x,0,1,inf", "t.csv:3: duration: expected a number, got 'inf'"),
+    ("x,0,1,1e300", "t.csv:3: duration: expected at most 315,360,000 (seconds: 10 years), got '1e300'"),
+    ("x,1e300,1,66", "t.csv:3: submit_time: expected at most 315,360,000 (seconds: 10 years), got '1e300'"),
     ("x,0,1", "t.csv:3: expected 4 fields (name,submit_time,gpus,duration), got 3"),
 ])
 def test_malformed_rigid_rows_name_file_line_and_field(tmp_path, row, message):

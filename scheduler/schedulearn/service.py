@@ -434,7 +434,9 @@ class SchedulerService:
         return self.engine.job_dict(job, self.engine.clock())
 
     def _check_runnable(self, spec: JobSpec) -> None:
-        """A live server cannot run a simulated job: its simulation-only fields are refused."""
+        """A live server cannot run a simulated job: its simulation-only fields are refused; and
+        what the executor itself could never run."""
+        self.executor.check_spec(spec)
         if self.executor.simulated:
             return
         for name in SIMULATION_ONLY:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..inventory import HostInventory, Inventory
-from ..model import Allocation, Job, Node
+from ..model import Allocation, Job, JobSpec, Node
 
 if TYPE_CHECKING:
     from ..results import SignedResult
@@ -134,6 +134,10 @@ class Executor:
 
     def close(self) -> None:
         """Release resources (not the jobs: they go on running where that is possible)."""
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """Refuse, with `SpecError` (one line naming the field: the API's 400), a spec that this
+        executor could never run, at submission rather than at its start. The default: none."""
 
     def account_problem(self, account: Any) -> str | None:
         """Why jobs run as `account` (`accounts.Account`, the shared set-up) cannot start here,

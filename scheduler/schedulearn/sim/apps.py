@@ -234,6 +234,13 @@ class AppProfile:
     _eff_cache: dict = field(default_factory=dict, repr=False, compare=False)
     _best_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def check_batch_size(self, batch_size: int) -> None:
+        """ValueError unless 1 <= B <= the largest validated batch: past it the model has no data,
+        and its gradient accumulation grows without end (B = 1e20 ran for ever)."""
+        if not 1 <= batch_size <= self.max_batch_size:
+            raise ValueError(f"batch_size: expected an integer from 1 to {self.max_batch_size} "
+                             f"({self.name}'s largest validated batch size), got {batch_size}")
+
     # ----------------------------------------------------------------- time
     def configure(self, placement, batch_size: int) -> StepConfig:
         """Local batch, accumulation steps and micro-batch of B on placement."""

@@ -46,7 +46,7 @@ from .. import estimates, pauses
 from ..executors.base import Executor
 from ..executors.registry import ExecutorKind
 from ..inventory import Inventory
-from ..model import Allocation, Job
+from ..model import Allocation, Job, JobSpec, SpecError
 from ..placement import placement_shape
 
 if TYPE_CHECKING:
@@ -149,6 +149,23 @@ class SimExecutor(Executor):
         self.done: dict[int, float] = {}  # true progress of jobs that are not running
         self.heap: list[tuple[float, int, int]] = []
         self._versions = itertools.count(1)  # unique across runs: a stale heap entry never matches
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """A job of an application model: a known application, a batch size it was validated for,
+        and no `duration` beside it (which of the two would it run?). An unknown one was run as a
+        1-s rigid job, without a word."""
+        if spec.application is None:
+            return
+        from .apps import get_profile
+
+        if spec.duration is not None:
+            raise SpecError("duration: give a duration (a rigid run) or an application (its model), not both")
+        try:
+            profile = get_profile(spec.application)
+            if spec.batch_size is not None:
+                profile.check_batch_size(spec.batch_size)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
 
     def _plan(self, run: _Run) -> None:
         job = run.job

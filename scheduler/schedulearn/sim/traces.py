@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..model import JobSpec, SpecError
+from .workload import MAX_SECONDS
 
 RIGID_HEADER = ["name", "submit_time", "gpus", "duration"]
 PHILLY_HEADER = ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]
@@ -26,7 +27,7 @@ class TraceJob:
     where: str  # file:line, for error messages
 
 
-def _num(where: str, field: str, text: str, kind=float, minimum=None, strict=False):
+def _num(where: str, field: str, text: str, kind=float, minimum=None, strict=False, maximum=None):
     try:
         value = kind(text)
         if not math.isfinite(value):  # nan and inf parse as floats
@@ -37,7 +38,13 @@ def _num(where: str, field: str, text: str, kind=float, minimum=None, strict=Fal
     if minimum is not None and (value <= minimum if strict else value < minimum):
         op = ">" if strict else ">="
         raise SpecError(f"{where}: {field}: expected a value {op} {minimum}, got {text!r}")
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{where}: {field}: expected at most {maximum:,} (seconds: 10 years), got {text!r}")
     return value
+
+
+def _seconds(where: str, field: str, text: str, strict: bool) -> float:
+    return _num(where, field, text, minimum=0, strict=strict, maximum=MAX_SECONDS)
 
 
 def _rows(path: Path):
@@ -60,10 +67,10 @@ def read_rigid(path: Path) -> list[TraceJob]:
             names = ",".join(RIGID_HEADER + (["deadline"] if width == 5 else []))
             raise SpecError(f"{where}: expected {width} fields ({names}), got {len(row)}")
         name, t, g, d, *rest = (c.strip() for c in row)
-        t = _num(where, "submit_time", t, minimum=0)
+        t = _seconds(where, "submit_time", t, strict=False)
         g = _num(where, "gpus", g, int, minimum=1)
-        d = _num(where, "duration", d, minimum=0, strict=True)
-        dl = t + _num(where, "deadline", rest[0], minimum=0, strict=True) if rest and rest[0] else None
+        d = _seconds(where, "duration", d, strict=True)
+        dl = t + _seconds(where, "deadline", rest[0], strict=True) if rest and rest[0] else None
         jobs.append(TraceJob(t, JobSpec(name=name or f"job{line}", gpus=g, duration=d, deadline=dl), where))
     return jobs
 
@@ -89,7 +96,7 @@ def read_philly(path: Path, start: str | None = None, limit: int | None = None) 
         t = _philly_time(where, row[0])
         if t0 is not None and t < t0:
             continue
-        d = _num(where, "duration", row[1], minimum=0, strict=True)
+        d = _seconds(where, "duration", row[1], strict=True)
         g = _num(where, "num_gpus", row[2], int, minimum=1)
         raw.append((t, line, d, g, where))
     raw.sort()

@@ -19,9 +19,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .apps import APPLICATIONS
+from .apps import APPLICATIONS, get_profile
 
-__all__ = ["HEADER", "WorkloadJob", "is_workload_csv", "read_workload"]
+__all__ = ["HEADER", "MAX_SECONDS", "WorkloadJob", "is_workload_csv", "read_workload"]
+
+#: The largest time a trace may give, in seconds (10 years; Philly's longest job ran 54 days): a
+#: value past it is a slip of units (milliseconds), and at 1e300 s a job's own run time vanished
+#: from its completion time (1e300 + 66 - 1e300 == 0) while the tables printed 300-digit numbers.
+MAX_SECONDS = 10 * 365 * 86400
 
 HEADER: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 DEADLINE_HEADER: tuple[str, ...] = (*HEADER, "deadline")
@@ -90,22 +95,27 @@ def read_workload(path: str | Path) -> list[WorkloadJob]:
                 submit = float(time_s)
             except ValueError:
                 submit = math.nan
-            if not (math.isfinite(submit) and submit >= 0):
-                raise ValueError(f"{where}: time: expected a number >= 0, got {time_s!r}")
+            if not (math.isfinite(submit) and 0 <= submit <= MAX_SECONDS):
+                raise ValueError(f"{where}: time: expected a number of seconds from 0 to {MAX_SECONDS:,}, "
+                                 f"got {time_s!r}")
             if app not in APPLICATIONS:
                 raise ValueError(
                     f"{where}: application: unknown {app!r}; expected one of {', '.join(APPLICATIONS)}"
                 )
             gpus = _int_field(where, "num_replicas", replicas_s)
             batch = _int_field(where, "batch_size", bsz_s)
+            try:
+                get_profile(app).check_batch_size(batch)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
             deadline = None
             if rest and rest[0]:
                 try:
                     deadline = float(rest[0])
                 except ValueError:
                     deadline = math.nan
-                if not (math.isfinite(deadline) and deadline > 0):
-                    raise ValueError(f"{where}: deadline: expected seconds > 0 after arrival (or empty), "
-                                     f"got {rest[0]!r}")
+                if not (math.isfinite(deadline) and 0 < deadline <= MAX_SECONDS):
+                    raise ValueError(f"{where}: deadline: expected seconds > 0 after arrival, at most "
+                                     f"{MAX_SECONDS:,} (or empty), got {rest[0]!r}")
             jobs.append(WorkloadJob(name, submit, app, gpus, batch, deadline))
     return jobs

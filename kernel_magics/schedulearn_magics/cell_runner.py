@@ -9,7 +9,8 @@ ends) does, in the job's `main.py`:
 3. starts the `--timeout` watchdog;
 4. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept; an exception prints the cell's part of its traceback and
-   ends the job with status 1 (130 for a KeyboardInterrupt);
+   ends the job with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
+   N, and `sys.exit()` / `sys.exit(0)` succeeds with the value None;
 5. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
    cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
    (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
@@ -61,7 +62,9 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
     try:
         exec(compile(tree, CELL_FILENAME, "exec"), namespace)
         value = eval(compile(last, CELL_FILENAME, "eval"), namespace) if last is not None else None
-    except SystemExit:
+    except SystemExit as e:  # the cell ended the job: `sys.exit(0)` succeeds with no value, as in IPython
+        if (e.code is None or e.code == 0) and rank() == 0 and write_result is not None:
+            write_result(dumps(None), os.path.join(job_dir, result_file))  # (else: "no result" for a success)
         raise
     except BaseException as e:
         import traceback

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schedulearn.client import LogReader
+from schedulearn.client import ClientError, LogReader
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -52,6 +52,19 @@ def job_ended_without_result(job: dict[str, Any], log_tail: str = "", by_you: bo
     if job.get("state") == "cancelled":
         return JobCancelled(job, by_you)
     return JobFailed(job, log_tail)
+
+
+class NoResult(RuntimeError):
+    """A job that succeeded and left no result (the server's 404): one line saying why that can be."""
+
+    def __init__(self, job: dict[str, Any]):
+        self.job = job
+        super().__init__(f"job {job.get('id')} ({job.get('name')}) succeeded without a result: its process "
+                         "ended before writing one (a cell that calls os._exit), or it is not a notebook "
+                         "cell's job")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"NoResult: {self}"]
 
 
 class JobInterrupted(Exception):
@@ -157,7 +170,13 @@ class JobHandle:
             except Exception:
                 pass
             raise job_ended_without_result(job, tail, self.cancelled_by_you)
-        return load_result(self.client.result(self.id))
+        try:
+            data = self.client.result(self.id)
+        except ClientError as e:
+            if e.status == 404:  # (a 409, a forged result, keeps the server's words)
+                raise NoResult(job) from None
+            raise
+        return load_result(data)
 
     def _ipython_display_(self) -> None:
         """In a notebook, a live job widget that follows the job to its end (the output of a

@@ -100,6 +100,22 @@ def test_cell_without_final_expression_returns_none(tmp_path: Path) -> None:
     assert pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes()) is None
 
 
+@pytest.mark.parametrize("code, status", [("", 0), ("0", 0), ("None", 0), ("False", 0), ("3", 3)])
+def test_a_cell_that_exits_ends_with_its_status_and_a_success_has_the_value_none(
+        tmp_path: Path, code: str, status: int) -> None:
+    """`sys.exit(0)` succeeded without a result, and the waiting cell then failed with `result: job
+    N has no result (yet); state succeeded (HTTP 404)`."""
+    proc = run_script(bundle.build_script(f"import sys\nsys.exit({code})\n'never'"), tmp_path / "j")
+    assert proc.returncode == status, proc.stderr
+    result = tmp_path / "j" / bundle.RESULT_FILE
+    if status == 0:
+        assert pickle.loads(result.read_bytes()) is None
+    else:
+        assert not result.exists()
+    proc = run_script(bundle.build_script("import sys\nsys.exit(0)"), tmp_path / "r1", {"RANK": "1"})
+    assert proc.returncode == 0 and not (tmp_path / "r1" / bundle.RESULT_FILE).exists()
+
+
 def test_error_in_cell_fails_with_cell_traceback(tmp_path: Path) -> None:
     proc = run_script(bundle.build_script("def f():\n    return 1 / 0\nf()\n"), tmp_path / "j")
     assert proc.returncode == 1

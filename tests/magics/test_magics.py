@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 from schedulearn_magics import views
-from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted
+from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted, NoResult
 
 from tests.conftest import require
 from tests.magics.conftest import GPUS
@@ -169,6 +169,23 @@ def test_torchrun_detected_and_run_with_one_process_per_gpu(shell: InteractiveSh
     assert r.success, r.error_in_exec
     assert r.result == (2, 3.0)
     assert client.jobs()[-1]["spec"]["launcher"] == "torchrun"
+
+
+def test_a_cell_that_exits_or_leaves_no_result_ends_clearly(shell: InteractiveShell, client: Client) -> None:
+    """`sys.exit()` in a cell is a success with no value (it was `UsageError: result: job N has no
+    result (yet); state succeeded (HTTP 404)`); a cell whose process ends before writing its value
+    says so in one line, also for `%schedulearn result` of any job without one."""
+    r = cell(shell, "", "import sys\nprint('leaving')\nsys.exit()")
+    assert r.success and r.result is None, r.error_in_exec
+    r = cell(shell, "", "import os\nos._exit(0)")
+    assert isinstance(r.error_in_exec, NoResult), r.error_in_exec
+    job = client.jobs()[-1]
+    assert job["state"] == "succeeded" and str(r.error_in_exec) == (
+        f"job {job['id']} ({job['name']}) succeeded without a result: its process ended before writing one "
+        "(a cell that calls os._exit), or it is not a notebook cell's job")
+    assert r.error_in_exec._render_traceback_() == [f"NoResult: {r.error_in_exec}"]
+    with pytest.raises(NoResult):  # the line magic says the same of it
+        shell.run_line_magic("schedulearn", f"result {job['id']}")
 
 
 def test_failed_job_raises_one_line_error_with_log_tail(shell: InteractiveShell) -> None:

@@ -9,6 +9,7 @@ This machine has no NVIDIA driver: the first tests check the fallback with the r
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from types import SimpleNamespace
 
@@ -142,17 +143,28 @@ def test_nvml_reading_lists_gpus_and_mig_devices_separately():
     assert nv.inits == 1
 
 
-def test_nvml_failing_after_init_falls_back_to_virtual():
+def test_nvml_failing_after_init_falls_back_to_virtual(caplog):
     nv = FakeNvml()
+    working = nv.nvmlDeviceGetCount
 
     def broken():
         raise nv.NVMLError("Driver Not Loaded")
 
     nv.nvmlDeviceGetCount = broken
     inv = HostInventory(virtual_gpus=2, host="h", nvml=nv)
-    (node,) = inv.refresh()
-    assert node.virtual and len(node.gpus) == 2
-    assert inv.nvml_error == "NVML unavailable: Driver Not Loaded"
+    with caplog.at_level(logging.INFO, logger="schedulearn.inventory"):
+        (node,) = inv.refresh()
+        assert node.virtual and len(node.gpus) == 2
+        assert inv.nvml_error == "NVML unavailable: Driver Not Loaded"
+        for _ in range(3):  # the server refreshes every 30 s: the log said it each time
+            inv.refresh()
+        said = [r.getMessage() for r in caplog.records]
+        assert said == ["NVML unavailable: Driver Not Loaded; using 2 declared virtual GPUs"], said
+        nv.nvmlDeviceGetCount = working  # back, then gone again: said again
+        assert not inv.refresh()[0].virtual and inv.nvml_error is None
+        nv.nvmlDeviceGetCount = broken
+        inv.refresh()
+        assert len(caplog.records) == 2
 
 
 def test_keep_fresh_updates_figures_in_place_and_replaces_a_changed_set():

@@ -97,11 +97,12 @@ class HostInventory:
             count = nv.nvmlDeviceGetCount()
             physical = [self._device(nv, i) for i in range(count)]
         except nv.NVMLError as e:
-            self.nvml_error = f"NVML unavailable: {e}"
+            error = f"NVML unavailable: {e}"
             if self._initialised:
                 self.close()
-            if self.virtual_gpus:
-                log.info("%s; using %d declared virtual GPUs", self.nvml_error, self.virtual_gpus)
+            if self.virtual_gpus and error != self.nvml_error:  # once, not at every refresh (30 s)
+                log.info("%s; using %d declared virtual GPUs", error, self.virtual_gpus)
+            self.nvml_error = error
             return []
         self.nvml_error = None
         gpus: list[Gpu] = []

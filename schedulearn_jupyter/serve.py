@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policies charge a resize until the job's own are measured, and what deadline "
                         "statuses count (default: $SCHEDULEARN_RESTART_COST or 30)")
     p.add_argument("--base-url", default="/", help="URL prefix of the API (default /)")
+    p.add_argument("--log-level", type=_log_level, default=env("SCHEDULEARN_LOG_LEVEL", "info"),
+                   help="debug (also every read that succeeded: clients poll), info (changes, refusals, "
+                        "the scheduler's events), warning or error (default: $SCHEDULEARN_LOG_LEVEL or info)")
     for opt in registry.options():  # the executors' own settings
         kinds = ", ".join(k.name for k in registry.kinds().values() if opt in k.options)
         text = f"{opt.help} ({kinds} executor; default: ${opt.env})"
@@ -126,6 +129,37 @@ def _option(opt: Any) -> Any:
             message = str(e).replace(f"{opt.env}: ", "", 1)
             raise argparse.ArgumentTypeError(f"{message} (the flag or ${opt.env})") from None
     return convert
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log_level(text: str) -> int:
+    if text.strip().lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r} "
+                                         "(the flag or $SCHEDULEARN_LOG_LEVEL)")
+    return getattr(logging, text.strip().upper())
+
+
+def access_log(handler: Any) -> None:
+    """Tornado's access log line, at a level by what the request did: a read that succeeded at
+    DEBUG (every client polls — a queue widget each second, a waiting cell twice a second — and at
+    INFO a lab's server wrote a line for each, around the clock), a change (POST, PUT, DELETE) at
+    INFO, a refusal (4xx) at WARNING, a server error at ERROR."""
+    from tornado.log import access_log as tornado_access
+
+    status = handler.get_status()
+    if status >= 500:
+        level = logging.ERROR
+    elif status >= 400:
+        level = logging.WARNING
+    elif handler.request.method in ("GET", "HEAD", "OPTIONS"):
+        level = logging.DEBUG
+    else:
+        level = logging.INFO
+    if tornado_access.isEnabledFor(level):
+        tornado_access.log(level, "%d %s %.2fms", status, handler._request_summary(),
+                           1000.0 * handler.request.request_time())
 
 
 def _restart_cost(text: str) -> float:
@@ -266,7 +300,7 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
     bound: list[tuple[str, type]] = [(f"{prefix}/{path}", bind(m)) for path, m in handlers.ROUTES]
     bound.append((f"{prefix}/events", ServeEvents))
     bound.append((r"/.*", bind(handlers.NotFoundHandler)))
-    return web.Application(bound, websocket_ping_interval=30)
+    return web.Application(bound, websocket_ping_interval=30, log_function=access_log)
 
 
 def private_store(store: Any) -> None:
@@ -355,7 +389,7 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
     for name in ("alembic.runtime.plugins", "alembic.runtime.migration"):  # a line per plugin at import;
         logging.getLogger(name).setLevel(logging.WARNING)  # per revision (the store logs one line)
     try:

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import pytest
+from schedulearn.client import Client, ClientError
 from tornado.httpclient import HTTPClientError
 
 from tests.fixtures.jupyter import ROOT  # noqa: F401  (the fixtures' module: pytest-jupyter loaded)
@@ -118,7 +119,8 @@ def test_serve_logs_no_token_and_no_traceback_for_refused_sockets(tmp_path):
     from tests.test_server_live import Serve
 
     secret, wrong = "the-real-secret-42", "a-wrong-guess-17"
-    s = Serve(tmp_path / "serve", "--token", secret, "--virtual-gpus", "1", "--tick", "0.2")
+    s = Serve(tmp_path / "serve", "--token", secret, "--virtual-gpus", "1", "--tick", "0.2",
+              "--log-level", "debug")
     try:
         api = s.url + "schedulearn/api/"
         with urllib.request.urlopen(f"{api}jobs?token={secret}", timeout=10) as r:
@@ -144,5 +146,34 @@ def test_serve_logs_no_token_and_no_traceback_for_refused_sockets(tmp_path):
     assert secret not in log and wrong not in log, log
     assert "token=[secret]" in log  # the requests are logged, their tokens not
     assert "Traceback" not in log and "TypeError" not in log, log
-    refused = [ln for ln in log.splitlines() if "events" in ln and "403" in ln]
+    refused = [ln for ln in log.splitlines() if "events" in ln and "WARNING 403" in ln]
     assert len(refused) == 2, log
+    assert "DEBUG 200 GET /schedulearn/api/jobs?token=[secret] (127.0.0.1)" in log, log  # debug: every read
+
+
+def test_serve_logs_changes_and_refusals_not_every_read(tmp_path):
+    """At the default level a read that succeeded is not logged: clients poll (a queue widget each
+    second), and a lab's server logged a line for each, around the clock. Changes, refusals and
+    errors are."""
+    from tests.test_server_live import Serve
+
+    s = Serve(tmp_path / "serve", "--token", "t", "--virtual-gpus", "1", "--executor", "sim")
+    try:
+        c = Client(s.url, "t")
+        for _ in range(5):
+            c.jobs()
+            c.policy()
+        job = c.submit({"duration": 0.1})
+        with pytest.raises(ClientError):
+            c.jobs(state="bogus")
+        c.set_policy("las")
+    finally:
+        s.stop()
+    lines = (tmp_path / "serve" / "serve.log").read_text().splitlines()
+    access = [ln.split(" ", 2)[2] for ln in lines if "/schedulearn/api/" in ln and "API at" not in ln
+              and "403 GET /schedulearn/api/policy" not in ln]  # (the start-up probe, without a token)
+    assert [a.rsplit(" ", 1)[0] for a in access] == [
+        "INFO 201 POST /schedulearn/api/jobs (127.0.0.1)",
+        "WARNING 400 GET /schedulearn/api/jobs?state=bogus (127.0.0.1)",
+        "INFO 200 PUT /schedulearn/api/policy (127.0.0.1)"], lines
+    assert job["state"] == "queued"

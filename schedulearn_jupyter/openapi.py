@@ -107,7 +107,11 @@ NODES = {
             "healthy": {"type": "boolean"},
             "gpus": {"type": "array", "items": _ref("Gpu")},
         },
-    }}, "note": {"type": "string", "description": "Only when there are no GPUs: why, and how to "
+    }}, "executor": {"type": "string", "description": "What runs the jobs: local, docker, slurm or sim; "
+                                                     "remote from a Jupyter server that forwards to a "
+                                                     "standalone scheduler (how the CLI picks a job's "
+                                                     "default working directory)"},
+        "note": {"type": "string", "description": "Only when there are no GPUs: why, and how to "
                                                    "declare virtual ones (every submission is refused "
                                                    "until there are GPUs)"}},
 }

@@ -165,7 +165,10 @@ class RemoteManager:
         return await self._fetch("PUT", "policy", {"policy": name})
 
     async def gpus(self) -> dict[str, Any]:
-        return await self._fetch("GET", "gpus")
+        data = await self._fetch("GET", "gpus")
+        if isinstance(data, dict) and "executor" in data:  # its paths are another machine's, maybe
+            data["executor"] = "remote"
+        return data
 
     async def submit(self, data: Any, user: str) -> dict[str, Any]:
         return await self._fetch("POST", "jobs", data)

@@ -156,6 +156,15 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     here = cli(env, "submit", "--wait", "--workdir", "data", "--", sys.executable, "-c",
                "import os; print('cwd', os.getcwd())", cwd=tmp_path)
     assert f"cwd {tmp_path / 'data'}\n" in here.stdout, here
+    # without one, as with sbatch, where it was typed: `-- python train.py` finds train.py (it
+    # ran in the job's directory and failed: can't open file '<job dir>/train.py')
+    (tmp_path / "data" / "train.py").write_text("import os\nprint('trained in', os.getcwd())\n")
+    here = cli(env, "submit", "--wait", "--", sys.executable, "train.py", cwd=tmp_path / "data")
+    assert f"trained in {tmp_path / 'data'}\n" in here.stdout, here
+    gone = cli(env, "submit", "--workdir", str(tmp_path / "nope"), "--", "true", check=False)
+    assert gone.returncode == 1 and gone.stderr == (  # at submission, not when its turn comes
+        f"schedulearn: workdir: '{tmp_path / 'nope'}' is not a directory on the scheduler's machine "
+        "(HTTP 400)\n")
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job ")
@@ -441,6 +450,9 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
         jupyter.start()
         via_jupyter = Client(jupyter.url, jupyter.token)
         assert len(via_jupyter.gpus()["nodes"][0]["gpus"]) == 2  # the standalone server's GPUs
+        # its jobs run on another machine, maybe: the CLI gives them no default working directory
+        assert Client(serve.url, "alice-token").gpus()["executor"] == "local"
+        assert via_jupyter.gpus()["executor"] == "remote"
 
         async def watch() -> list[dict]:
             from tornado.httpclient import HTTPRequest

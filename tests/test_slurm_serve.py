@@ -88,6 +88,10 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
     notes.touch()
     srv = SlurmServe(tmp_path, cluster, "--token", TOKEN).start()
     client = Client(srv.url, TOKEN)
+    assert client.gpus()["executor"] == "slurm"  # the CLI's default workdir: where it is typed
+    with pytest.raises(ClientError) as e:  # a workdir the nodes cannot enter: at submission
+        client.submit({"command": ["true"], "workdir": str(tmp_path / "nope")})
+    assert e.value.status == 400 and "is not a directory on the scheduler's machine" in str(e.value)
     rng = random.Random(14)
     ids: list[int] = []
     try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--priority", type=int, default=None,
                    help="job priority (higher first, for policies that use it; default 0)")
     p.add_argument("--workdir", help="working directory of the job (a relative path is taken from the "
-                   "current directory; default: the job's own directory)")
+                   "current directory). Default, as sbatch's: the current directory where the server is "
+                   "on this machine with the local or Slurm executor; else the job's own directory")
     p.add_argument("--epochs", type=int, default=None, help="its length in epochs (progress, time left)")
     p.add_argument("--deadline", metavar="WHEN",
                    help="finish by: a duration from now (2h, 90m, 1h30m, 2d), a time today (18:00) or a date "
@@ -163,10 +166,27 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
+def default_workdir(client: Client) -> str | None:
+    """Where a job runs when neither `--workdir` nor the spec says, as with `sbatch`: the current
+    directory, when the server is on this machine and runs its jobs here (local executor) or on
+    nodes sharing its file system (Slurm); else None, the job's own directory (a Docker
+    container's paths, a remote server's machine are not this directory)."""
+    host = urllib.parse.urlsplit(client.api).hostname or ""
+    if not (host in ("localhost", "::1", socket.gethostname()) or host.startswith("127.")):
+        return None
+    try:
+        here = os.getcwd()
+    except OSError:  # a directory removed under the shell
+        return None
+    return here if client.gpus().get("executor") in ("local", "slurm") else None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     try:
         spec = build_spec(args)
         client = _client(args)
+        if "workdir" not in spec and (here := default_workdir(client)):
+            spec["workdir"] = here
         job = client.submit(spec)
         if args.json:
             _print_json(job)

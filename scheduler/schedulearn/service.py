@@ -401,7 +401,7 @@ class SchedulerService:
                 ],
             }
             for n in self.engine.nodes
-        ], **({"note": note} if (note := self.no_gpus_note()) else {})}
+        ], "executor": self.settings.executor, **({"note": note} if (note := self.no_gpus_note()) else {})}
 
     async def submit(self, data: Any, user: str) -> dict[str, Any]:
         """Queue a job from a JobSpec dict; the caller's user name is recorded on it."""

@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from ..results import SignedResult
 
 
+def check_host_workdir(spec: JobSpec) -> None:
+    """For an executor that runs jobs in a directory of the scheduler's machine (local; Slurm, on
+    a shared file system): a `workdir` that is not a directory there is refused at submission,
+    rather than failing the job when its turn comes (checked again at each start)."""
+    if spec.workdir is not None and not Path(spec.workdir).is_dir():
+        raise SpecError(f"workdir: {spec.workdir!r} is not a directory on the scheduler's machine")
+
+
 class JobDirExecutor(Executor):
     job_root: Path
     #: user name -> `accounts.Account` to run that user's jobs as (None: the server's account)

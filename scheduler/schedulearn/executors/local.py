@@ -41,6 +41,7 @@ from ..inventory import Inventory
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
+from .jobdir import check_host_workdir
 from .launch import (
     EXITWRAP,
     RUNNER,
@@ -102,6 +103,9 @@ class LocalExecutor(RunExecutor):
         self.inventory = inventory  # this host's GPUs (default: NVML, or none)
         self._boot_id = _boot_id()
         self._init_runs()
+
+    def check_spec(self, spec: JobSpec) -> None:
+        check_host_workdir(spec)
 
     # -- after a restart ---------------------------------------------------------------------------
     def _reattach(self, job: Job) -> _Run | None:

@@ -66,6 +66,7 @@ from .. import joblogs, nofollow
 from ..jobfiles import EXIT_CODE_FILE
 from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
 from .base import ExecutorError
+from .jobdir import check_host_workdir
 from .launch import build_workers, job_environment
 from .lifecycle import Run, RunExecutor, reattached_line, start_line
 from .registry import ExecutorKind, Option
@@ -152,6 +153,9 @@ class SlurmExecutor(RunExecutor):
         self._poller: threading.Thread | None = None
         self._srun = shutil.which("srun", path=self.cli.env.get("PATH")) or "srun"
         self._init_runs()
+
+    def check_spec(self, spec: JobSpec) -> None:
+        check_host_workdir(spec)  # (the nodes see this machine's paths: a shared file system)
 
     @property
     def partition(self) -> str:

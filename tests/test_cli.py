@@ -318,3 +318,13 @@ def test_tables_print_control_characters_as_escapes(capsys):
     head, first, second = capsys.readouterr().out.splitlines()
     assert first == "1   a\\x1b[2J\\tb\\x9b  queued"
     assert head.index("STATE") == first.index("queued") == second.index("running")
+
+
+def test_a_server_on_another_machine_gives_no_default_workdir():
+    """The current directory is a job's default working directory only where the server is on
+    this machine (its paths are this directory's); no request is made to decide otherwise (the
+    address is TEST-NET-1: nothing answers there)."""
+    from schedulearn.client import Client
+    from schedulearn.client_cli import default_workdir
+
+    assert default_workdir(Client("http://192.0.2.1:9/", "t")) is None

@@ -328,3 +328,22 @@ def test_a_server_on_another_machine_gives_no_default_workdir():
     from schedulearn.client_cli import default_workdir
 
     assert default_workdir(Client("http://192.0.2.1:9/", "t")) is None
+
+
+@pytest.mark.parametrize("job, note", [
+    ({"state": "queued", "reason": "waiting: needs 2 GPUs, 1 free; 1st in line of 1"},
+     "it has not started yet (waiting: needs 2 GPUs, 1 free; 1st in line of 1)"),
+    ({"state": "running", "reason": "", "start_time": 5.0}, "it has written nothing yet"),
+    ({"state": "failed", "reason": "command: 'x' not found on PATH", "start_time": None},
+     "it failed without writing any (command: 'x' not found on PATH)"),
+    ({"state": "cancelled", "reason": "cancelled", "start_time": None},
+     "it was cancelled before it started"),
+    ({"state": "cancelled", "reason": "cancelled", "start_time": 5.0},
+     "it was cancelled without writing any"),
+    ({"state": "succeeded", "reason": "", "start_time": 5.0}, "it succeeded without writing any"),
+])
+def test_an_empty_log_says_why_in_words(job, note):
+    """(A job cancelled in the queue said `it cancelled without writing any (cancelled)`.)"""
+    from schedulearn.client import empty_log_note
+
+    assert empty_log_note({"id": 7, **job}) == f"job 7 has no log: {note}"

@@ -120,6 +120,8 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     assert empty.stdout == "" and empty.stderr == (
         f"schedulearn: job {broken['id']} has no log: it failed without writing any "
         "(command: 'nope-xyz-cmd' not found on PATH)\n"), empty.stderr
+    followed = cli(env, "logs", "-f", str(broken["id"]))  # following it says the same (it said nothing)
+    assert (followed.stdout, followed.stderr) == ("", empty.stderr), followed
     none_asked = cli(env, "logs", "--tail", "0", str(big["id"]))  # a log, and none of it asked for
     assert none_asked.stdout == none_asked.stderr == ""
     # `script`: what a job runs, as submitted (job dicts carry its size only); a command's: 404

@@ -224,10 +224,15 @@ class Client:
 
 def empty_log_note(job: dict[str, Any]) -> str:
     """Why a job's log is empty, from its dict: a job that failed at start never wrote one."""
-    why = {"queued": "it has not started yet", "running": "it has written nothing yet"}.get(
-        job["state"], f"it {job['state']} without writing any")
-    reason = f" ({job['reason']})" if job.get("reason") and job["state"] != "running" else ""
-    return f"job {job['id']} has no log: {why}{reason}"
+    state = job["state"]
+    if state == "cancelled":
+        started = job.get("start_time") is not None
+        why = "it was cancelled " + ("without writing any" if started else "before it started")
+    else:
+        why = {"queued": "it has not started yet", "running": "it has written nothing yet"}.get(
+            state, f"it {state} without writing any")
+    said = job.get("reason") and state != "running" and job["reason"] != state  # ("cancelled": said)
+    return f"job {job['id']} has no log: {why}" + (f" ({job['reason']})" if said else "")
 
 
 class LogReader:

@@ -299,18 +299,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     try:
         client = _client(args)
+        wrote = 0
         if args.follow:
             for line in client.follow(args.job_id, args.tail):
                 sys.stdout.write(line)
                 sys.stdout.flush()
+                wrote += len(line)
         else:
-            wrote = 0
             for chunk in client.log_bytes(args.job_id, args.tail):  # as it comes, byte for byte
                 sys.stdout.buffer.write(chunk)
                 wrote += len(chunk)
             sys.stdout.flush()
-            if not wrote and args.tail != 0:  # say why, on stderr: a job failed at start has nothing
-                print(f"schedulearn: {empty_log_note(client.job(args.job_id))}", file=sys.stderr)
+        if not wrote and args.tail != 0:  # say why, on stderr: a job failed at start has nothing
+            print(f"schedulearn: {empty_log_note(client.job(args.job_id))}", file=sys.stderr)
     except ClientError as e:
         return _fail(str(e))
     except KeyboardInterrupt:

@@ -170,3 +170,40 @@ def test_report_fills_in_the_placement_unless_the_loop_gives_it(tmp_path, monkey
     first, second = (json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines())
     assert (first["num_gpus"], first["num_nodes"], first["restart"]) == (2, 1, 3)
     assert (second["num_gpus"], second["num_nodes"], second["restart"]) == (8, 2, 4)
+
+
+def test_a_report_field_the_scheduler_does_not_read_is_said_once_on_stderr(tmp_path, monkeypatch, capsys):
+    """`report(progess=0.5)` (a typo) left the job without a progress bar and said nothing; a
+    progress of 2 read as done. Said once per field in the job's log, never raised (a slip in a
+    report must not stop a training run), and still written."""
+    from schedulearn import elastic
+
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    monkeypatch.setattr(elastic, "_said", set())
+    for _ in range(3):
+        elastic.report(progess=0.5)
+        elastic.report(progress=2)
+    elastic.report(progress="0.5", step_time=0.1, batch_size=8, epoch=1, epochs=4, grad_sqr=1.0)  # all read
+    elastic.report(progress=-1)  # (progress said already)
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        "schedulearn.elastic.report: 'progess' is not a field the scheduler reads (it reads: accum_steps, "
+        "batch_size, compute_time, epoch, epochs, grad_sqr, grad_var, init_batch_size, max_batch_size, "
+        "max_local_bsz, num_gpus, num_nodes, progress, restart, step, step_time, t, total_steps); written, "
+        "and ignored",
+        "schedulearn.elastic.report: progress: expected a fraction from 0 to 1, got 2 (read as 1: done)",
+    ], said
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
+
+
+def test_the_report_fields_are_the_ones_the_scheduler_documents_and_reads():
+    """`jobfiles.REPORT_FIELDS` (what `report` checks against) is the table of fields that
+    `schedulearn.estimates.reports` documents: neither drifts from the other."""
+    import re
+
+    from schedulearn.estimates import reports
+    from schedulearn.jobfiles import REPORT_FIELDS
+
+    table = reports.__doc__.split("| field | meaning |")[1].split("\n\n")[0]
+    documented = set(re.findall(r"`([a-z_]+)`", "\n".join(ln.split("|")[1] for ln in table.splitlines()[2:])))
+    assert documented == REPORT_FIELDS

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .jobfiles import CHECKPOINT_DIR, METRICS_FILE
+from .jobfiles import CHECKPOINT_DIR, METRICS_FILE, REPORT_FIELDS
 
 #: The exit code of a job that saved its checkpoint on SIGTERM (128 + SIGTERM).
 EXIT_CHECKPOINTED = 143
@@ -188,8 +188,40 @@ def report(step_time: float | None = None, batch_size: int | None = None, **extr
     nodes = max(-(-world // max(int(hvd.local_size()), 1)), 1) if hvd is not None else _nodes_from_env(world)
     rec.update({"num_gpus": world, "num_nodes": nodes, "restart": restart_count()})
     rec.update(extra)  # what the caller says wins (a loop that knows its own placement better)
+    _say_what_is_ignored(extra)
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+_said: set[str] = set()
+
+
+def _say_what_is_ignored(extra: dict[str, Any]) -> None:
+    """A field the scheduler does not read (a typo: `progess=0.5` left the job without a progress
+    bar, without a word), or a progress it reads otherwise than meant, is said once per field on
+    stderr (the job's log). Never raised: a slip in a report must not stop a training run."""
+    for key, value in extra.items():
+        if key not in REPORT_FIELDS:
+            note = (f"{key!r} is not a field the scheduler reads (it reads: "
+                    f"{', '.join(sorted(REPORT_FIELDS))}); written, and ignored")
+        elif key == "progress" and (read := _progress_read(value)) is not None:
+            note = f"progress: expected a fraction from 0 to 1, got {value!r} (read as {read})"
+        else:
+            continue
+        if key not in _said:
+            _said.add(key)
+            print(f"schedulearn.elastic.report: {note}", file=sys.stderr, flush=True)
+
+
+def _progress_read(value: Any) -> str | None:
+    """How the scheduler reads a progress that is not a fraction from 0 to 1 (None: it is one)."""
+    try:
+        p = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        p = math.nan
+    if not math.isfinite(p):
+        return "nothing"
+    return "1: done" if p > 1 else "0" if p < 0 else None
 
 
 def _live_horovod() -> Any:

@@ -31,6 +31,12 @@ LOG_NAME = "log.txt"
 CHECKPOINT_DIR = "checkpoints"
 #: What the job reports (`schedulearn.elastic.report`): one JSON object a line.
 METRICS_FILE = "metrics.jsonl"
+#: The fields of a report the scheduler reads (`schedulearn.estimates.reports`, whose docstring
+#: says what each means); `elastic.report` says so once when given another (a typo, `progess=`).
+REPORT_FIELDS = frozenset({
+    "t", "step_time", "batch_size", "num_gpus", "num_nodes", "accum_steps", "compute_time", "grad_sqr",
+    "grad_var", "init_batch_size", "max_batch_size", "max_local_bsz", "progress", "epoch", "epochs", "step",
+    "total_steps", "restart"})
 #: The exit status the executor's wrapper writes (read back after a server restart).
 EXIT_CODE_FILE = "exit_code"
 #: The local executor's record of the running run (pid, start time, boot id, run number).

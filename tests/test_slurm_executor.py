@@ -256,6 +256,33 @@ def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluste
     assert one.last_alloc["n1"][0] not in held
 
 
+def test_a_job_placed_on_gpus_taken_outside_since_the_inventory_is_placed_anew(cluster: SlurmCluster,
+                                                                               tmp_path: Path) -> None:
+    """Someone's own sbatch takes 3 of n1's GPUs between two inventory reads (the server reads it
+    every 30 s): the engine places a 2-GPU job on n1, where Slurm cannot start it. It waited there,
+    shown running (its run time counted), while n2 stood idle; now the pending run is withdrawn,
+    the inventory read again and the job placed on n2 — no restart counted, nothing of it ran."""
+    ex = executor(cluster, tmp_path)
+    stale = ex.nodes()  # read before the outside job came
+    assert not any(g.held_by for n in stale for g in n.gpus)
+    outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
+                          "--wrap", "sleep 120").stdout.strip()
+    deadline = time.monotonic() + 30
+    while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    started = time.monotonic()
+    (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 2}], nodes=stale, timeout=60)
+    log = ex.logs(job.id)
+    assert job.state is JobState.succeeded, job.reason + log
+    assert list(job.last_alloc) == ["n2"] and job.restarts == 0, (job.last_alloc, log)
+    assert time.monotonic() - started < 30  # not after the outside job's 120 s
+    said = (f"run #0 not started: its GPUs were taken outside the scheduler (n1: 3 of 4 GPUs held by "
+            f"Slurm job {outside}); placed anew")
+    assert said in log and log.count("=== schedulearn: start #0") == 2, log
+    assert "node n2" in log
+
+
 def test_a_cancel_in_slurm_outside_schedulearn_is_the_jobs_reason(cluster: SlurmCluster,
                                                                   tmp_path: Path) -> None:
     ex = executor(cluster, tmp_path)

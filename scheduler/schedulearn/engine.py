@@ -339,6 +339,24 @@ class Engine:
         self._changed(job, "placed", now, alloc=_alloc_data(new))
         self.set_nodes(self.nodes)  # the free pool from every job's books
 
+    def withdrawn(self, job_id: int, nodes: Iterable[Node], reason: str, now: float | None = None) -> None:
+        """Called by an executor that withdrew a run before it started, because what the engine
+        placed it on was taken outside the scheduler since the last inventory (GPUs that another
+        user's Slurm job holds): `nodes` is the inventory as it is now, and the job goes back to
+        the queue — no restart counted, nothing of it ran — for the next round to place it anew
+        (it waited, shown running, for as long as the outside job held them)."""
+        job = self.jobs.get(job_id)
+        now = self.clock() if now is None else now
+        if job is not None and job.state is JobState.running and job.stopping is None:
+            self._untrack(job)
+            before = job.attained_base, job.run_base  # what it had at this run's start: it never ran
+            self._release(job, now)
+            job.attained_base, job.run_base = before
+            job.state = JobState.queued
+            self._track(job)
+            self._changed(job, "requeued", now, reason=reason)
+        self.set_nodes(nodes)  # (after the release: GPUs held outside are not given back as free)
+
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` on the engine's loop (thread-safe): scheduled there while the loop
         runs, called here and now when there is no loop (tests driving rounds by hand, or after

@@ -108,6 +108,7 @@ class _Run(Run):
     state: str = "PENDING"  # Slurm's, as last polled
     slurm_end: str = ""  # Slurm's final state, when it is one of `_SLURM_ENDS`
     seen: bool = False  # squeue has listed it at least once
+    alloc: Allocation = field(default_factory=dict)  # where the engine placed it
 
 
 @dataclass
@@ -224,7 +225,7 @@ class SlurmExecutor(RunExecutor):
             slurm_id = self.cli.submit(str(run_dir / "batch.sh"), argv)
         except SlurmError as e:
             raise ExecutorError(f"job {job_id}: Slurm refused it: {e}") from None
-        run = _Run(job_id=job_id, restarts=restarts, slurm_id=slurm_id)
+        run = _Run(job_id=job_id, restarts=restarts, slurm_id=slurm_id, alloc=dict(alloc))
         try:  # its id on disk before anything of it may run (the gate: it is held until then)
             tmp = run_dir / (JOB_ID_FILE + ".tmp")
             tmp.unlink(missing_ok=True)
@@ -357,10 +358,55 @@ class SlurmExecutor(RunExecutor):
                 if any(j.active for j in parts):
                     if lead.state == "RUNNING":
                         self._placed(run, parts)
+                    elif lead.state == "PENDING" and lead.reason == "Resources" and (
+                            taken := self._taken_outside(run, jobs)):
+                        self._withdraw(run, taken)
                     continue
                 self._ended(run, parts)
             elif run.seen or self._exit_code(run) is not None:  # aged out of squeue
                 self._ended(run, [])
+
+    def _taken_outside(self, run: _Run, jobs: list[SlurmJob]) -> str:
+        """Where Slurm cannot start `run` because jobs it did not get from this server took the
+        GPUs since the engine's last inventory (e.g. `n1: 3 of 4 GPUs held by Slurm job 9`), or
+        "" when that is not why it waits (its own jobs' GPUs still being released, or CPUs)."""
+        total = {n.name: len(n.gpus) for n in self.engine.nodes} if self.engine is not None else {}
+        outside: dict[str, int] = {}
+        ours: dict[str, int] = {}
+        holders: dict[str, set[int]] = {}
+        for j in jobs:
+            if not j.active or j.leader == run.slurm_id:
+                continue
+            mine = self._ours(j)
+            for node, idx in j.gpus.items():
+                (ours if mine else outside)[node] = (ours if mine else outside).get(node, 0) + len(idx)
+                if not mine:
+                    holders.setdefault(node, set()).add(j.leader)
+        short = [f"{node}: {outside[node]} of {total[node]} GPUs held by Slurm job "
+                 f"{', '.join(map(str, sorted(holders[node])))}"
+                 for node, idx in run.alloc.items() if outside.get(node) and node in total
+                 and outside[node] + ours.get(node, 0) + len(idx) > total[node]]
+        return "; ".join(short)
+
+    def _withdraw(self, run: _Run, taken: str) -> None:
+        """Cancel `run`, still pending, and hand its job back to the engine to be placed anew on
+        what is free now (it waited, shown running, until the outside job ended)."""
+        with self._lock:
+            current = self._runs.get(run.job_id) is run and run.stopping is None and not run.superseded
+            if not current or self._tracked.runs.pop(run.slurm_id, None) is None:
+                return
+            del self._runs[run.job_id]
+        self._cancel_quietly(run.slurm_id)
+        run.gone.set()
+        reason = f"not started: its GPUs were taken outside the scheduler ({taken}); placed anew"
+        try:
+            self._append_log(run, f"{joblogs.MARKER} run #{run.restarts} {reason} ===\n")
+        except OSError:
+            pass
+        nodes = self.nodes()
+        engine = self.engine
+        if engine is not None and not self._closed.is_set():
+            engine.call_soon(engine.withdrawn, run.job_id, nodes, reason)
 
     def _placed(self, run: _Run, parts: list[SlurmJob]) -> None:
         alloc: dict[str, tuple[int, ...]] = {}

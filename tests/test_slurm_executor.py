@@ -234,13 +234,19 @@ def test_a_program_missing_on_the_node_is_the_jobs_one_line_reason(cluster: Slur
     assert "exec:" not in ex.logs(one.id) + ex.logs(path.id)
 
 
-def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluster, tmp_path: Path) -> None:
+def outside_job(cluster: SlurmCluster) -> str:
+    """Someone's own `sbatch` holding 3 of n1's GPUs for 120 s, once running: its Slurm id."""
     outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
                           "--wrap", "sleep 120").stdout.strip()
     deadline = time.monotonic() + 30
     while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
         assert time.monotonic() < deadline
         time.sleep(0.2)
+    return outside
+
+
+def test_a_job_submitted_outside_schedulearn_holds_its_gpus(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outside = outside_job(cluster)
     ex = executor(cluster, tmp_path)
     (n1, n2) = ex.nodes()
     held = [g.index for g in n1.gpus if g.held_by]
@@ -265,12 +271,7 @@ def test_a_job_placed_on_gpus_taken_outside_since_the_inventory_is_placed_anew(c
     ex = executor(cluster, tmp_path)
     stale = ex.nodes()  # read before the outside job came
     assert not any(g.held_by for n in stale for g in n.gpus)
-    outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
-                          "--wrap", "sleep 120").stdout.strip()
-    deadline = time.monotonic() + 30
-    while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    outside = outside_job(cluster)
     started = time.monotonic()
     (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 2}], nodes=stale, timeout=60)
     log = ex.logs(job.id)

@@ -132,6 +132,7 @@ def _option(opt: Any) -> Any:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+_ACCESS = logging.getLogger("tornado.access")  # tornado's access log (`tornado.log.access_log`)
 
 
 def _log_level(text: str) -> int:
@@ -146,8 +147,6 @@ def access_log(handler: Any) -> None:
     DEBUG (every client polls — a queue widget each second, a waiting cell twice a second — and at
     INFO a lab's server wrote a line for each, around the clock), a change (POST, PUT, DELETE) at
     INFO, a refusal (4xx) at WARNING, a server error at ERROR."""
-    from tornado.log import access_log as tornado_access
-
     status = handler.get_status()
     if status >= 500:
         level = logging.ERROR
@@ -157,8 +156,8 @@ def access_log(handler: Any) -> None:
         level = logging.DEBUG
     else:
         level = logging.INFO
-    if tornado_access.isEnabledFor(level):
-        tornado_access.log(level, "%d %s %.2fms", status, handler._request_summary(),
+    if _ACCESS.isEnabledFor(level):
+        _ACCESS.log(level, "%d %s %.2fms", status, handler._request_summary(),
                            1000.0 * handler.request.request_time())
 
 

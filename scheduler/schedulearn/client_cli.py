@@ -141,7 +141,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:
         spec["gpus"] = gpus_from_text(args.gpus)
-    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "workdir", "epochs"):
+    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "epochs"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value

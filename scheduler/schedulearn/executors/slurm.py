@@ -167,12 +167,13 @@ class SlurmExecutor(RunExecutor):
         return self._partition
 
     # -- inventory -------------------------------------------------------------------------------
-    def nodes(self) -> list[Node]:
+    def nodes(self, jobs: list[SlurmJob] | None = None) -> list[Node]:
         """The partition's nodes and their gres GPUs; GPUs held by jobs not submitted by this
-        server are marked `held_by`. A Slurm that does not answer: no nodes (logged)."""
+        server are marked `held_by` (`jobs`: Slurm's queue as just read, else read now). A Slurm
+        that does not answer: no nodes (logged)."""
         try:
             snodes = self.cli.nodes(self.partition)
-            jobs = self.cli.jobs()
+            jobs = self.cli.jobs() if jobs is None else jobs
         except (SlurmError, ExecutorError) as e:
             log.warning("slurm: cannot read the nodes: %s", e)
             return []
@@ -360,7 +361,7 @@ class SlurmExecutor(RunExecutor):
                         self._placed(run, parts)
                     elif lead.state == "PENDING" and lead.reason == "Resources" and (
                             taken := self._taken_outside(run, jobs)):
-                        self._withdraw(run, taken)
+                        self._withdraw(run, taken, jobs)
                     continue
                 self._ended(run, parts)
             elif run.seen or self._exit_code(run) is not None:  # aged out of squeue
@@ -378,8 +379,9 @@ class SlurmExecutor(RunExecutor):
             if not j.active or j.leader == run.slurm_id:
                 continue
             mine = self._ours(j)
+            counts = ours if mine else outside
             for node, idx in j.gpus.items():
-                (ours if mine else outside)[node] = (ours if mine else outside).get(node, 0) + len(idx)
+                counts[node] = counts.get(node, 0) + len(idx)
                 if not mine:
                     holders.setdefault(node, set()).add(j.leader)
         short = [f"{node}: {outside[node]} of {total[node]} GPUs held by Slurm job "
@@ -388,7 +390,7 @@ class SlurmExecutor(RunExecutor):
                  and outside[node] + ours.get(node, 0) + len(idx) > total[node]]
         return "; ".join(short)
 
-    def _withdraw(self, run: _Run, taken: str) -> None:
+    def _withdraw(self, run: _Run, taken: str, jobs: list[SlurmJob]) -> None:
         """Cancel `run`, still pending, and hand its job back to the engine to be placed anew on
         what is free now (it waited, shown running, until the outside job ended)."""
         with self._lock:
@@ -403,7 +405,7 @@ class SlurmExecutor(RunExecutor):
             self._append_log(run, f"{joblogs.MARKER} run #{run.restarts} {reason} ===\n")
         except OSError:
             pass
-        nodes = self.nodes()
+        nodes = self.nodes(jobs)  # (the queue the poll just read: the run's cancel changes no holder)
         engine = self.engine
         if engine is not None and not self._closed.is_set():
             engine.call_soon(engine.withdrawn, run.job_id, nodes, reason)

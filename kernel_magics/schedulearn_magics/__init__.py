@@ -1,5 +1,5 @@
 """Schedulearn's IPython magics: `%%schedulearn` runs a notebook cell as a training job on the
-cluster's GPUs; `%schedulearn queue|ls|logs|cancel|result|policy|gpus` watches and steers it.
+cluster's GPUs; `%schedulearn queue|ls|logs|cancel|result|job|policy|gpus` watches and steers it.
 
 Loaded by `%load_ext schedulearn_magics` (or `%load_ext schedulearn_jupyter`), and in every
 IPython kernel of an environment where Schedulearn is installed: the package installs
@@ -16,7 +16,7 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics on `ipython` (once; loading again is harmless)."""
-    from .magics import SchedulearnMagics, async_cell_transformer
+    from .magics import SchedulearnMagics, async_cell_transformer, async_result_transformer
     from .watch import widgets_available
 
     ipython.register_magics(SchedulearnMagics)
@@ -26,13 +26,17 @@ def load_ipython_extension(ipython: Any) -> None:
     if widgets_available(ipython) and getattr(ipython, "autoawait", False):
         if async_cell_transformer not in transformers:
             transformers.append(async_cell_transformer)
+        if async_result_transformer not in ipython.input_transformers_post:  # (run_line_magic calls)
+            ipython.input_transformers_post.append(async_result_transformer)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .magics import async_cell_transformer
+    from .magics import async_cell_transformer, async_result_transformer
 
     if async_cell_transformer in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.remove(async_cell_transformer)
+    if async_result_transformer in ipython.input_transformers_post:
+        ipython.input_transformers_post.remove(async_result_transformer)
     magics = ipython.magics_manager.magics
     magics["cell"].pop("schedulearn", None)
     magics["line"].pop("schedulearn", None)

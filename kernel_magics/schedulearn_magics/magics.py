@@ -43,7 +43,8 @@ LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
 SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
                        "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 LOGS_LINES = 1000  # what `%schedulearn logs ID` shows unless told otherwise (--tail N, --all)
-SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", "policy [NAME]", "gpus")
+SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", "job ID", "policy [NAME]",
+               "gpus")
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
@@ -277,19 +278,23 @@ class SchedulearnMagics(Magics):
             return self.schedulearn(line, cell)
         handle = self._submit(args, cell)
         view = self._view(handle)
-        delay = 0.1
         try:
-            while True:
-                job = await asyncio.to_thread(poll_job, handle, view)
-                if job["state"] in FINAL_STATES:
-                    break
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, self.poll_interval)
+            job = await self._await_end(handle, view)
         except (asyncio.CancelledError, KeyboardInterrupt):  # the kernel was interrupted
             raise self._interrupted(handle, view) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
         return self._finish(handle, job, view, args.out)
+
+    async def _await_end(self, handle: JobHandle, view: JobView) -> dict[str, Any]:
+        """`follow` on the event loop: each poll in a thread, the waits between them awaited."""
+        delay = 0.1
+        while True:
+            job = await asyncio.to_thread(poll_job, handle, view)
+            if job["state"] in FINAL_STATES:
+                return job
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, self.poll_interval)
 
     def _interrupted(self, handle: JobHandle, view: JobView) -> JobInterrupted:
         """What ends a cell whose wait was interrupted: the job cancelled (`cancel_on_interrupt`;
@@ -325,7 +330,8 @@ class SchedulearnMagics(Magics):
     # -- %schedulearn ---------------------------------------------------------------------------
     @line_magic("schedulearn")
     def schedulearn_line(self, line: str) -> Any:
-        """%schedulearn queue | ls | logs ID | script ID | cancel ID | result ID | policy [NAME] | gpus"""
+        """%schedulearn queue | ls | logs ID | script ID | cancel ID | result ID | job ID | policy [NAME]
+        | gpus"""
         try:
             words = shlex.split(line)
         except ValueError as e:
@@ -336,7 +342,8 @@ class SchedulearnMagics(Magics):
         cmd, rest = words[0], words[1:]
         handlers = {
             "queue": self._queue, "ls": self._ls, "logs": self._logs, "script": self._script,
-            "cancel": self._cancel, "result": self._result, "policy": self._policy, "gpus": self._gpus,
+            "cancel": self._cancel, "result": self._result, "job": self._job, "policy": self._policy,
+            "gpus": self._gpus,
         }
         if cmd not in handlers:
             allowed = ", ".join(SUBCOMMANDS)
@@ -349,7 +356,8 @@ class SchedulearnMagics(Magics):
                 "%schedulearn logs ID        a job's log (its last 1,000 lines; --tail N, --all)\n"
                 "%schedulearn script ID      the cell (or script) a job runs\n"
                 "%schedulearn cancel ID      cancel a job\n"
-                "%schedulearn result ID      a finished job's result\n"
+                "%schedulearn result ID      a job's result (a job still running: followed to its end)\n"
+                "%schedulearn job ID         a handle of a job (a live job widget): after a kernel restart\n"
                 "%schedulearn policy [NAME]  show the policies, or switch to NAME\n"
                 "%schedulearn gpus           the GPU inventory\n"
                 "%%schedulearn --help        the cell magic's options")
@@ -424,7 +432,57 @@ class SchedulearnMagics(Magics):
         print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] == "running" else ""))
 
     def _result(self, rest: list[str]) -> Any:
-        return self._call(JobHandle(self.client, {"id": self._job_id("result", rest)}).result)
+        """`result ID`: a job's result; a job not ended yet is followed in the job view (a widget
+        or text, as a waiting cell's) to its end. An interrupt stops the wait, not the job."""
+        handle = self._handle("result", rest)
+        if handle.job["state"] in FINAL_STATES:
+            return self._call(handle.result)
+        view = self._view(handle)
+        try:
+            job = follow(handle, view, poll=self.poll_interval)
+        except KeyboardInterrupt:
+            raise self._stopped_waiting(handle, view) from None
+        except ServerError as e:
+            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        return self._finish(handle, job, view, None)
+
+    async def result_async(self, line: str) -> Any:
+        """`%schedulearn result ID` on a line of its own in a kernel, rewritten to `await` this
+        (`async_result_transformer`): the wait leaves the event loop free, so the widget's Cancel
+        button is heard, as in a waiting cell."""
+        handle = self._handle("result", shlex.split(line))
+        if handle.job["state"] in FINAL_STATES:
+            return self._call(handle.result)
+        view = self._view(handle)
+        try:
+            job = await self._await_end(handle, view)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise self._stopped_waiting(handle, view) from None
+        except ServerError as e:
+            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
+        return self._finish(handle, job, view, None)
+
+    def _stopped_waiting(self, handle: JobHandle, view: JobView) -> JobInterrupted:
+        """An interrupted `result` wait: the job was not this cell's submission, so it runs on
+        (a widget goes on following it)."""
+        if not isinstance(view, TextJobView):
+            follow_in_background(handle, view, poll=handle.poll_interval)
+        hint = f"%schedulearn result {handle.id}, %schedulearn cancel {handle.id}"
+        return JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})")
+
+    def _job(self, rest: list[str]) -> JobHandle:
+        """`job ID`: a handle of a job (in a notebook, a live job widget): a job submitted before
+        a kernel restart, from another notebook or from the CLI."""
+        handle = self._handle("job", rest)
+        handle.poll_interval = max(1.0, self.poll_interval)
+        if not widgets_available(self.shell):
+            print(views.status_line(handle.job) + f"  (handle: {handle!r})")
+        return handle
+
+    def _handle(self, cmd: str, rest: list[str]) -> JobHandle:
+        """The handle of job ID, its state read (an unknown job: the server's one line)."""
+        job_id = self._job_id(cmd, rest)
+        return JobHandle(self.client, self._call(self.client.job, job_id))
 
     def _policy(self, rest: list[str]) -> None:
         if len(rest) > 1:
@@ -464,6 +522,22 @@ def async_cell_transformer(lines: list[str]) -> list[str]:
     body = "".join(lines[1:])
     call = "get_ipython().magics_manager.registry['SchedulearnMagics'].run_async"
     return [f"await {call}({options.strip()!r}, {body!r})\n"]
+
+
+#: `%schedulearn result ID` as IPython turns it into Python, alone on a line of the cell's top
+#: level, its value assigned or not (a `%` inside a string is never turned into this)
+_RESULT_CALL = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)get_ipython\(\)\.run_line_magic\('schedulearn', "
+                          r"'result\s+(\d+)\s*'\)(\s*)$")
+
+
+def async_result_transformer(lines: list[str]) -> list[str]:
+    """IPython input transformer (after the magics became calls): a top-level line
+    `[VAR = ]%schedulearn result ID` -> `[VAR = ]await SchedulearnMagics.result_async('ID')`, so
+    that waiting for a running job leaves the event loop free (its widget's Cancel is heard)."""
+    if not any("run_line_magic('schedulearn'" in ln for ln in lines) or not _awaits_on_asyncio():
+        return lines
+    call = "await get_ipython().magics_manager.registry['SchedulearnMagics'].result_async"
+    return [_RESULT_CALL.sub(lambda m: f"{m[1]}{call}({m[2]!r}){m[3]}", ln) for ln in lines]
 
 
 def _awaits_on_asyncio() -> bool:

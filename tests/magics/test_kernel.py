@@ -29,13 +29,10 @@ def test_result_comes_back_as_execute_result(kernel: tuple[Any, Any]) -> None:
     assert "43" in "".join(m["content"].get("text", "") for m in iopub if m["msg_type"] == "stream")
 
 
-def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], client: Client) -> None:
-    _, kc = kernel
-    drain(kc)
-    msg_id = kc.execute("%%schedulearn --name button-cancel\nimport time\ntime.sleep(120)\n'never'")
-    button = None
-    deadline = time.monotonic() + 60
-    while button is None and time.monotonic() < deadline:
+def _cancel_button(kc: Any, timeout: float = 60) -> str:
+    """The comm id of the first job widget's Cancel button the kernel opens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
             msg = kc.get_iopub_msg(timeout=0.5)
         except queue.Empty:
@@ -43,8 +40,15 @@ def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], clien
         if msg["msg_type"] == "comm_open":
             state = msg["content"]["data"]["state"]
             if state.get("_model_name") == "ButtonModel" and state.get("description") == "Cancel":
-                button = msg["content"]["comm_id"]
-    assert button is not None, "the Cancel button never appeared"
+                return msg["content"]["comm_id"]
+    raise AssertionError("the Cancel button never appeared")
+
+
+def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], client: Client) -> None:
+    _, kc = kernel
+    drain(kc)
+    msg_id = kc.execute("%%schedulearn --name button-cancel\nimport time\ntime.sleep(120)\n'never'")
+    button = _cancel_button(kc)
     job = wait_job(client, "button-cancel", "running")
     # What the browser sends when the button is clicked: a custom comm message.
     click = kc.session.msg("comm_msg", {"comm_id": button,
@@ -55,6 +59,24 @@ def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], clien
     # a cancel is not a crash: one line saying who cancelled it
     assert reply["status"] == "error" and reply["ename"] == "JobCancelled", reply
     assert reply["evalue"].endswith("(button-cancel) cancelled by you"), reply["evalue"]
+
+
+def test_result_of_a_running_job_is_awaited_with_its_widget(kernel: tuple[Any, Any], client: Client) -> None:
+    """`x = %schedulearn result ID` of a job still running (submitted before a kernel restart)
+    shows the job's widget and awaits the job on the event loop: its Cancel button is heard."""
+    _, kc = kernel
+    drain(kc)
+    job = client.submit({"script": "import time\ntime.sleep(120)\n", "name": "awaited-result"})
+    wait_job(client, "awaited-result", "running")
+    msg_id = kc.execute(f"value = %schedulearn result {job['id']}")
+    button = _cancel_button(kc)
+    click = kc.session.msg("comm_msg", {"comm_id": button,
+                                        "data": {"method": "custom", "content": {"event": "click"}}})
+    kc.shell_channel.send(click)
+    reply, _ = collect_until_reply(kc, msg_id, timeout=60)
+    assert client.job(job["id"])["state"] == "cancelled"
+    assert reply["status"] == "error" and reply["ename"] == "JobCancelled", reply
+    assert reply["evalue"].endswith("(awaited-result) cancelled by you"), reply["evalue"]
 
 
 def test_interrupt_cancels_the_awaited_job(kernel: tuple[Any, Any], client: Client) -> None:

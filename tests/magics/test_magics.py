@@ -19,7 +19,7 @@ from schedulearn_magics import views
 from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted, NoResult
 
 from tests.conftest import require
-from tests.magics.conftest import GPUS
+from tests.magics.conftest import GPUS, wait_job
 
 
 def cell(sh: InteractiveShell, line: str, body: str) -> Any:
@@ -450,6 +450,53 @@ def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Cl
     time.sleep(1.0)
     assert client.job(job["id"])["state"] == "running"
     client.cancel(job["id"])
+
+
+def test_result_of_a_running_job_follows_it_and_an_interrupt_leaves_it_running(
+        shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture, tmp_path: Path,
+        sigint_interrupts: None) -> None:
+    """After a kernel restart (or from another notebook) `%schedulearn result ID` of a running job
+    shows it as a waiting cell does, its log included, and comes back with its value; before, it
+    blocked without a word until the job ended. An interrupt stops the wait, not the job (it was
+    not this cell's). `%schedulearn job ID` is a handle of any job."""
+    gate = tmp_path / "open"
+    body = (f"import os, time\nprint('resumed work', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n'late value'")
+    handle = cell(shell, "--no-wait --name reattached", body).result
+    opener = threading.Timer(3.0, gate.touch)
+    wait_job(client, "reattached", "running")
+    capsys.readouterr()
+    opener.start()
+    r = shell.run_cell(f"late = %schedulearn result {handle.id}")
+    assert r.success and shell.user_ns["late"] == "late value", r.error_in_exec
+    out = capsys.readouterr().out
+    assert f"job {handle.id} 'reattached': running" in out and "resumed work" in out, out
+
+    gate.unlink()
+    again = cell(shell, "--no-wait --name reattached", body).result
+    wait_job(client, "reattached", "running")
+    interrupt = threading.Timer(1.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    interrupt.start()  # (the wait has begun by then: it polls the job, then sleeps)
+    r = shell.run_cell(f"%schedulearn result {again.id}")
+    interrupt.join()
+    assert isinstance(r.error_in_exec, JobInterrupted), r.error_in_exec
+    assert str(r.error_in_exec) == (f"job {again.id}: still running; it runs on (%schedulearn result "
+                                    f"{again.id}, %schedulearn cancel {again.id}) (kernel interrupted)")
+    time.sleep(1.0)
+    assert client.job(again.id)["state"] == "running"
+
+    capsys.readouterr()
+    h = shell.run_cell(f"%schedulearn job {again.id}").result
+    assert isinstance(h, JobHandle) and h.id == again.id and h.state == "running"
+    assert f"job {again.id} 'reattached': running" in capsys.readouterr().out
+    gate.touch()
+    assert h.result(timeout=60) == "late value"
+    for line, message in [(f"job {again.id + 1000}", f"job: no job with id {again.id + 1000} (HTTP 404)"),
+                          ("job x", "%schedulearn job: expected one job id (an integer), got 'x'"),
+                          ("result", "%schedulearn result: expected one job id (an integer), got ''")]:
+        r = shell.run_cell(f"%schedulearn {line}")
+        assert isinstance(r.error_in_exec, UsageError), (line, r.error_in_exec)
+        assert message in str(r.error_in_exec), (line, r.error_in_exec)
 
 
 def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: pytest.CaptureFixture) -> None:

@@ -137,6 +137,9 @@ def _spec_schemas() -> dict[str, Any]:
     deadline["description"] = ("Finish by: seconds since the epoch, or (on submission) a duration from "
                                "now, a time today or an ISO 8601 date and time, read on the server's "
                                "clock; at most 30 days ahead. The qoe policy plans for it.")
+    schema["properties"]["time_limit"]["description"] = (
+        "Seconds of run time (its runs together; not the queue) after which the scheduler stops the "
+        "job as a cancel does (SIGTERM, the grace period, SIGKILL); it then fails with exit code 124.")
     return {"JobSpec": schema, **defs}
 
 

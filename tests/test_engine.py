@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from schedulearn import policies
-from schedulearn.engine import Engine, JobFinished, JobNotFound
+from schedulearn.engine import Engine, JobFinished, JobNotFound, RealClock
 from schedulearn.executors.base import Executor, ExecutorError
-from schedulearn.model import JobSpec, JobState, SpecError, virtual_cluster
+from schedulearn.model import Job, JobSpec, JobState, SpecError, virtual_cluster
 from schedulearn.policies.elastic_fifo import ElasticFifo
 from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.simulate import simulate
@@ -90,6 +93,73 @@ def test_cancel_queued_and_running():
     with pytest.raises(JobNotFound, match="job: no job with id 99"):
         e.get(99)
     assert not e.active and not e.running and not e._qjobs
+
+
+def test_a_job_that_runs_past_its_time_limit_is_stopped_and_fails_with_124():
+    """`time_limit` counts run time, all runs together (a preemption pauses the clock, the queue
+    does not count): a job of 100 s with a limit of 30 s, queued 10 s behind another, preempted
+    after 20 s and queued 15 s more, is stopped after its 30th second of running."""
+    e = engine("las", gpus=1)
+    e.policy.threshold = 20.0  # LAS demotes a job past 20 GPU-s: the newcomer preempts it
+    first = e.submit(JobSpec(gpus=1, duration=10), now=0)
+    limited = e.submit(JobSpec(gpus=1, duration=100, time_limit=30.0), now=0)
+    seen = []
+    e.listeners.append(lambda ev: ev["type"] == "job" and ev["job"]["id"] == limited.id
+                       and seen.append(ev["event"]))
+    e.round(0)
+    e.executor.advance(10)
+    e.round(10)  # first ended: limited starts
+    assert first.state is JobState.succeeded and limited.state is JobState.running
+    assert e.next_time_limit() == 40
+    again = e.submit(JobSpec(gpus=1, duration=15), now=30)
+    e.round(30, tick=True)  # limited has 20 GPU-s: demoted below the newcomer, preempted
+    assert limited.state is JobState.queued and again.state is JobState.running
+    assert e.next_time_limit() == math.inf  # (no clock runs while it waits)
+    e.round(44, tick=True)
+    assert limited.state is JobState.queued
+    e.executor.advance(45)
+    e.round(45)
+    assert limited.state is JobState.running and e.next_time_limit() == 55
+    e.round(54.5, tick=True)
+    assert limited.state is JobState.running
+    e.round(55, tick=True)  # 20 s + 10 s of running
+    assert limited.state is JobState.failed and limited.exit_code == 124 and limited.end_time == 55
+    assert limited.reason == "stopped at its time limit (30 s of run time)"
+    assert seen[-2:] == ["time-limit", "failed"] and limited.run_time(55) == pytest.approx(30)
+    assert not e._limited and e.pool.total == 1
+
+
+def test_the_simulator_stops_a_job_at_its_time_limit_to_the_second():
+    """The virtual clock stops at a time limit (it is no arrival, end or tick)."""
+    jobs = [TraceJob(0, JobSpec(gpus=1, duration=500, time_limit=123.0), "capped"),
+            TraceJob(0, JobSpec(gpus=1, duration=50), "free")]
+    r = simulate(jobs, virtual_cluster(1, 2), "fifo")
+    capped, free = sorted(r.jobs, key=lambda j: j.spec.name)
+    assert (capped.state, capped.end_time, capped.exit_code) == (JobState.failed, 123.0, 124)
+    assert (free.state, free.end_time) == (JobState.succeeded, 50.0)
+
+
+def test_the_live_loop_wakes_at_a_time_limit_not_at_its_next_tick():
+    """`RealClock` sleeps until the next tick (5 s by default) unless woken; a time limit wakes it:
+    a job capped at 0.5 s ends then, not a minute later."""
+    async def main() -> Job:
+        e = Engine(virtual_cluster(1, 1), "fifo", executor=SimExecutor(), clock=time.time)
+        loop = asyncio.create_task(e.run(RealClock(tick=60.0)))
+        job = e.submit(JobSpec(gpus=1, duration=1000, time_limit=0.5))
+        e.wake()
+        try:
+            async with asyncio.timeout(10):
+                while not job.state.final:
+                    await asyncio.sleep(0.02)
+        finally:
+            e.close()
+            e.wake()
+            await asyncio.wait_for(loop, 10)
+        return job
+
+    job = asyncio.run(main())
+    assert job.state is JobState.failed and job.exit_code == 124
+    assert 0.5 <= job.end_time - job.start_time < 1.5
 
 
 def test_queued_jobs_say_what_they_need_what_is_free_and_their_place_in_line():

@@ -69,3 +69,18 @@ async def test_queued_jobs_wait_for_gpus_and_start_when_freed(sl_api):
     assert (await sl_api("GET", f"jobs/{small['id']}"))[1]["state"] == "queued"
     await sl_api("DELETE", f"jobs/{big['id']}")
     await until(sl_api, small["id"], "succeeded")
+
+
+async def test_a_job_past_its_time_limit_gets_its_grace_period_then_fails_with_124(sl_api, tmp_path):
+    """`time_limit` (`--timeout`): the scheduler stops a job that has run that long, as a cancel
+    does (SIGTERM, the grace period to save a checkpoint), for any job, not only a cell's."""
+    script = ("import signal, sys, time\n"
+              "def save(*_):\n    print('checkpoint saved', flush=True)\n    sys.exit(143)\n"
+              "signal.signal(signal.SIGTERM, save)\nprint('training', flush=True)\ntime.sleep(60)\n")
+    code, job = await sl_api("POST", "jobs", {"name": "capped", "script": script, "time_limit": 1.5})
+    assert code == 201 and job["spec"]["time_limit"] == 1.5
+    job = await until(sl_api, job["id"], "failed")
+    assert job["exit_code"] == 124 and job["reason"] == "stopped at its time limit (2 s of run time)", job
+    assert 1.5 <= job["run_s"] < 4, job
+    code, log = await sl_api("GET", f"jobs/{job['id']}/logs", raw=True)
+    assert "checkpoint saved" in log.decode() and ": stopped at its time limit ===" in log.decode(), log

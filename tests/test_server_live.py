@@ -139,6 +139,12 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     for program, status in [("import sys; sys.exit(3)", 3), ("import os; os.kill(os.getpid(), 9)", 128 + 9)]:
         ended = cli(env, "submit", "--wait", "--", sys.executable, "-c", program, check=False)
         assert ended.returncode == status and "failed" in ended.stderr, ended
+    # --timeout: the scheduler stops it when it has run that long; 124, as timeout(1)
+    capped = cli(env, "submit", "--wait", "--timeout", "1s", "--", *SLEEP, check=False)
+    assert capped.returncode == 124, capped
+    assert capped.stderr.endswith("failed (stopped at its time limit (1 s of run time))\n"), capped.stderr
+    assert cli(env, "submit", "--timeout", "soon", "--", "true", check=False).stderr == (
+        "schedulearn: --timeout: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got 'soon'\n")
     # Ctrl-C ends the wait, not the job, and says so (it said nothing)
     waiting = subprocess.Popen([sys.executable, "-m", "schedulearn.cli", "submit", "--wait", "--", *SLEEP],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

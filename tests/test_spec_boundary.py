@@ -41,6 +41,11 @@ OK = {"command": ["true"]}
     ({"workdir": "."}, "workdir: expected an absolute path"),
     ({"workdir": ""}, "workdir: expected an absolute path (on the machine the job runs on), got ''"),
     ({"workdir": "/tmp/a\x00b"}, "workdir: NUL characters (\\u0000) are not allowed"),
+    ({"time_limit": 0}, "time_limit: expected a number of seconds > 0 and <= 31536000 (a year), got 0"),
+    ({"time_limit": "2h"}, "time_limit: expected a number of seconds > 0 and <= 31536000 (a year), got '2h'"),
+    ({"time_limit": 4e7}, "time_limit: expected a number of seconds > 0 and <= 31536000 (a year), got 4"),
+    ({"time_limit": float("nan")}, "time_limit: expected a number of seconds > 0"),
+    ({"time_limit": True}, "time_limit: expected a number of seconds > 0"),
 ])
 def test_specs_that_cannot_launch_or_are_mistyped_are_one_line_errors(extra, error):
     with pytest.raises(SpecError) as e:
@@ -54,7 +59,7 @@ def test_specs_that_cannot_launch_or_are_mistyped_are_one_line_errors(extra, err
     {"gpus": 2}, {"gpus": "auto"}, {"min_gpus": 1, "max_gpus": 4, "gpus": "auto"}, {"priority": -3},
     {"env": {"_A1": "x=y", "PATH_2": "é ✓ 🚀", "a": ""}}, {"name": "日本語 job ✓"},
     {"command": ["echo", "🚀"]}, {"workdir": "/home/me/é"}, {"duration": 5}, {"duration": 2.5},
-    {"adaptive_batch": True},
+    {"adaptive_batch": True}, {"time_limit": 1}, {"time_limit": 0.5}, {"time_limit": 31536000},
 ])
 def test_good_specs_still_parse(extra):
     spec = JobSpec.parse({**OK, **extra})

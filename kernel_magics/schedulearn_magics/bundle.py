@@ -142,7 +142,6 @@ def build_script(
     cell: str,
     files: bytes | None = None,
     variables: bytes | None = None,
-    timeout: float | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> str:
     """The script with the cell, files and variables embedded; checks syntax and size."""
@@ -162,7 +161,6 @@ def build_script(
         "        globals(),\n"
         f"        files_b64={_b64(files)!r},\n"
         f"        vars_b64={_b64(variables)!r},\n"
-        f"        timeout={timeout!r},\n"
         f"        result_file={RESULT_FILE!r},\n"
         '        write_result=_SCHEDULEARN_RUN["write_result"],\n'
         "    )\n"

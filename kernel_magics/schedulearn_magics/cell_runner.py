@@ -6,12 +6,11 @@ ends) does, in the job's `main.py`:
 1. unpacks the `--files` into its working directory (once per job directory, under a file
    lock, because every rank runs the same script);
 2. loads the `--vars` into the script's globals;
-3. starts the `--timeout` watchdog;
-4. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
+3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept; an exception prints the cell's part of its traceback and
    ends the job with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
    N, and `sys.exit()` / `sys.exit(0)` succeeds with the value None;
-5. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
+4. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
    cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
    (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
 
@@ -44,7 +43,7 @@ def rank() -> int:
 
 
 def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None, vars_b64: str | None = None,
-             timeout: float | None = None, result_file: str = "result.pkl",
+             result_file: str = "result.pkl",
              write_result: Callable[[bytes, str], None] | None = None) -> None:
     """Run `cell` in `namespace` (the script's globals) as described above."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
@@ -52,8 +51,6 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         unpack(base64.b64decode(files_b64), os.getcwd())
     if vars_b64:
         namespace.update(load_vars(base64.b64decode(vars_b64)))
-    if timeout:
-        watchdog(timeout)
     linecache.cache[CELL_FILENAME] = (len(cell), None, cell.splitlines(True), CELL_FILENAME)
     tree = ast.parse(cell, filename=CELL_FILENAME)
     last = None
@@ -108,20 +105,6 @@ def load_vars(data: bytes) -> dict[str, Any]:
         pass
     blobs = pickle.loads(zlib.decompress(data))
     return {name: pickle.loads(blob) for name, blob in blobs.items()}
-
-
-def watchdog(timeout: float) -> None:
-    """End the process with status 124 when it has run `timeout` seconds."""
-    import threading
-
-    def expire() -> None:
-        sys.stderr.write(f"schedulearn: the job ran past --timeout {timeout}s; stopping it\n")
-        sys.stderr.flush()
-        os._exit(124)
-
-    t = threading.Timer(timeout, expire)
-    t.daemon = True
-    t.start()
 
 
 def dumps(value: Any) -> bytes:

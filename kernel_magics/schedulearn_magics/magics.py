@@ -48,16 +48,8 @@ SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", 
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
-           "epochs": "--epochs", "deadline": "--deadline", "resize": "--resize"}
+           "epochs": "--epochs", "deadline": "--deadline", "resize": "--resize", "time_limit": "--timeout"}
 _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds, or a number with s/m/h."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text or "")
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"--timeout: expected a duration > 0 such as 90, 90s, 10m or 2h, got {text!r}")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
@@ -138,7 +130,8 @@ class SchedulearnMagics(Magics):
     @argument("--no-wait", action="store_true", help="return a job handle at once instead of waiting")
     @argument("-o", "--out", default=None, metavar="VAR", help="also store the result (or the handle) in VAR")
     @argument("--priority", type=int, default=0, help="job priority (higher first, for policies that use it)")
-    @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h)")
+    @argument("--timeout", default=None, help="stop the job when it has run this long (90, 90s, 10m, 2h, "
+                   "1h30m; its runs together, not its time in the queue): it fails with exit code 124")
     @argument("--epochs", type=int, default=None,
               help="the job's length in epochs: reported epochs count against it (progress, time left)")
     @argument("--deadline", default=None, metavar="WHEN",
@@ -186,14 +179,13 @@ class SchedulearnMagics(Magics):
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"--out: expected a variable name, got {args.out!r}")
         env = parse_env(args.env)
-        timeout = parse_duration(args.timeout) if args.timeout is not None else None
         try:
             tree = bundle.check_syntax(cell)
             launcher = bundle.detect_launcher(tree) if args.launcher == "auto" else args.launcher
             names = [n.strip() for n in (args.vars or "").split(",") if n.strip()]
             variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
             files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
-            script = bundle.build_script(cell, files, variables, timeout, self.max_bundle_bytes)
+            script = bundle.build_script(cell, files, variables, self.max_bundle_bytes)
         except bundle.BundleError as e:
             raise UsageError(str(e)) from None
         spec: dict[str, Any] = {
@@ -219,6 +211,11 @@ class SchedulearnMagics(Magics):
                 raise UsageError(str(e).replace("deadline: ", "--deadline: ", 1)) from None
         if args.resize is not None:
             spec["resize"] = args.resize
+        if args.timeout is not None:
+            try:
+                spec["time_limit"] = deadlines.parse_duration(args.timeout)
+            except SpecError as e:
+                raise UsageError(str(e)) from None
         check_spec(spec)
         return spec
 

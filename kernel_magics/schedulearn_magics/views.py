@@ -152,7 +152,9 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
         gpus = shown_gpus(job)
         if state == "running" or job.get("last_alloc"):
             parts.append(f"{gpus} GPU{'s' if gpus != '1' else ''} {alloc_text(job)}".rstrip())
-        parts.append(f"ran {fmt_seconds(ran(job, now))}")
+        limit = (job.get("spec") or {}).get("time_limit")
+        cap = f" (time limit {fmt_seconds(limit)})" if limit is not None and state == "running" else ""
+        parts.append(f"ran {fmt_seconds(ran(job, now))}{cap}")
         if state != "succeeded" and progress_text(job):
             parts.append(progress_text(job))
     why = str(job.get("reason") or "").strip()

@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--deadline", metavar="WHEN",
                    help="finish by: a duration from now (2h, 90m, 1h30m, 2d), a time today (18:00) or a date "
                         "and time (2026-11-24 18:00); the qoe policy plans for it")
+    p.add_argument("--timeout", metavar="DURATION",
+                   help="stop the job when it has run this long (90, 90s, 10m, 2h, 1h30m; its runs together, "
+                        "not its time in the queue): it fails with exit code 124")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
@@ -150,6 +153,11 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.deadline is not None:
         try:
             spec["deadline"] = deadlines.parse(args.deadline)
+        except SpecError as e:
+            raise ClientError(str(e)) from None
+    if args.timeout is not None:
+        try:
+            spec["time_limit"] = deadlines.parse_duration(args.timeout)
         except SpecError as e:
             raise ClientError(str(e)) from None
     for item in args.env:

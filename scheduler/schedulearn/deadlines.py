@@ -96,6 +96,24 @@ def fmt_minutes(seconds: float) -> str:
     return f"{h} h {m % 60:02d} min" if h < 24 else f"{h // 24} d {h % 24:02d} h"
 
 
+def parse_duration(text: str, option: str = "--timeout") -> float:
+    """Seconds from a duration as typed: a number of seconds (`90`) or with units (`90s`, `10m`,
+    `2h`, `1h30m`, `2d`); `SpecError` naming `option` otherwise."""
+    raw = (text or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        m = _DURATION.match(raw)
+        if not raw or not m or not any(m.groups()):
+            value = -1.0
+        else:
+            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            value = 86400 * d + 3600 * h + 60 * mi + s
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"{option}: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got {text!r}")
+    return value
+
+
 def unplanned_note(client: Any, switch: str) -> str | None:
     """The note for a job just submitted with a deadline when the server's policy does not plan
     for deadlines (`GET policy`'s `plans_deadlines`; None when it does, or cannot be asked):

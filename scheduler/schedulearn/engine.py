@@ -16,7 +16,7 @@ and a tick only runs a round when `Policy.next_change` says time may have change
 
 Crash consistency (with a store): what the engine *decides* is written before anything acts on it
 (`_ahead`): a launch is recorded as `starting` (run number and allocation) before the executor
-starts it, a cancel or preemption as `stopping` before the executor stops it, a resize (new
+starts it, a cancel, preemption or time limit as `stopping` before the executor stops it, a resize (new
 allocation, run number, GPUs being released) before the executor restarts it, a policy before
 it replaces the one in memory. When that write fails nothing changes (the error goes to the
 caller; a round stops and is retried). What has *happened* (a launch returned, a run exited) is
@@ -55,6 +55,9 @@ log = logging.getLogger("schedulearn.engine")
 #: not time-driven, `fifo` or `edf`, runs rounds only when jobs come and go; a job can go from on
 #: track to at risk in between, and its `deadline` event must not wait for the next arrival).
 DEADLINE_WATCH_S = 30.0
+#: Why the engine stops a job that has run its `JobSpec.time_limit` (`Executor.stop`'s `why`),
+#: and the exit code it fails with (as `timeout(1)`'s)
+TIME_LIMIT, TIME_LIMIT_EXIT = "time-limit", 124
 
 
 class JobNotFound(KeyError):
@@ -128,6 +131,7 @@ class Engine:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.history = History()  # finished jobs: what run-time predictions learn from
         self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
+        self._limited: dict[int, Job] = {}  # active jobs with a time limit, checked at each round and tick
         self._watched = -math.inf  # when their statuses were last looked at
         #: seconds between looks at them at ticks that run no round (`DEADLINE_WATCH_S`; None:
         #: at rounds only — the simulator's default: no one to tell mid-run, and a look costs
@@ -207,6 +211,8 @@ class Engine:
         if spec.deadline is not None:
             self._deadlined[job.id] = job
             self._watch_deadline(job, now)  # one that cannot make it is told at once
+        if spec.time_limit is not None:
+            self._limited[job.id] = job
         return job
 
     def get(self, job_id: int) -> Job:
@@ -275,6 +281,10 @@ class Engine:
             self._changed(job, "preempted", now)
         elif why == "cancel":
             self._finish(job, JobState.cancelled, exit_code, reason or "cancelled", now)
+        elif why == TIME_LIMIT:
+            limit = deadlines.fmt_minutes(job.spec.time_limit or 0)
+            self._finish(job, JobState.failed, TIME_LIMIT_EXIT, f"stopped at its time limit ({limit} of run "
+                         f"time){'; SIGKILL after the grace period' if 'SIGKILL' in reason else ''}", now)
         elif exit_code == 0:
             self._finish(job, JobState.succeeded, 0, reason, now)
         else:
@@ -461,8 +471,29 @@ class Engine:
             text += f"; the {self.policy.name} policy starts it when it comes first"
         return text
 
+    def _stop_overrun(self, now: float) -> None:
+        """Stop each running job that has run for its `time_limit` (its runs together; time in
+        the queue does not count), as a cancel does: SIGTERM, the grace period to save a
+        checkpoint, SIGKILL. It then fails (`job_exited`)."""
+        for job in list(self._limited.values()):
+            limit = job.spec.time_limit or math.inf
+            if job.state is JobState.running and job.stopping is None and job.run_time(now) >= limit:
+                self._ahead(job, TIME_LIMIT, now, _stopping(TIME_LIMIT), limit_s=limit)
+                self._untrack(job)
+                self._changed(job, TIME_LIMIT, now, stored=True, limit_s=limit)
+                self.executor.stop(job, TIME_LIMIT, now)
+
+    def next_time_limit(self) -> float:
+        """When the first running job reaches its time limit (inf: none will): the simulator's
+        clock stops there."""
+        return min((j.since + j.spec.time_limit - j.run_base for j in self._limited.values()
+                    if j.spec.time_limit is not None and j.state is JobState.running and j.alloc
+                    and j.stopping is None), default=math.inf)
+
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
+        if self._limited:
+            self._stop_overrun(now)  # (at every tick: a limit is wall-clock, whatever the policy)
         if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
             every = self.deadline_watch_s
             if tick and self._deadlined and every is not None and now - self._watched >= every:
@@ -779,6 +810,7 @@ class Engine:
             self._release(job, now)
             final(job)
         self.active.pop(job.id, None)
+        self._limited.pop(job.id, None)
         self._learn(job, now)
         if self._deadlined.pop(job.id, None) is not None:
             job.extra["deadline_status"] = estimates.deadline_summary(
@@ -917,6 +949,8 @@ class Engine:
                 self.active[job.id] = job
                 if job.spec.deadline is not None:
                     self._deadlined[job.id] = job
+                if job.spec.time_limit is not None:
+                    self._limited[job.id] = job
                 if job.alloc:
                     self.pool.take(job.alloc)
                 if job.releasing:
@@ -1020,8 +1054,8 @@ class RealClock:
         return time.time()
 
     async def wait(self, engine: Engine) -> bool:
-        """True when woken by an event, False on a tick."""
-        return await engine.woken(self.tick)
+        """True when woken by an event, False on a tick (or when a job reaches its time limit)."""
+        return await engine.woken(min(self.tick, max(engine.next_time_limit() - self.now(), 0.0)))
 
 
 _ID = attrgetter("id")

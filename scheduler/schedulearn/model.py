@@ -79,6 +79,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_TEXT = "[A-Za-z_][A-Za-z0-9_]*"
 #: Control characters (Unicode category Cc: C0, DEL and C1), which a one-line text field refuses.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: The longest time limit a job may ask for (a year): a typo such as `--timeout 2000000h` is refused.
+MAX_TIME_LIMIT_S = 365 * 86400.0
 #: Fields a live server (not the simulator) refuses: they describe a simulated run.
 SIMULATION_ONLY = ("duration", "application")
 
@@ -116,6 +118,10 @@ class JobSpec(BaseModel):
     epochs: StrictInt | None = Field(None, ge=1)
     #: finish by this time (seconds since the epoch; virtual seconds in simulation): `deadlines`
     deadline: Annotated[float, Field(strict=True)] | None = Field(None, gt=0, allow_inf_nan=False)
+    #: seconds of run time after which the scheduler stops the job (all its runs together; the
+    #: queue does not count): `Engine`, failed with exit code 124 as `timeout(1)`
+    time_limit: Annotated[float, Field(strict=True)] | None = Field(
+        None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -289,6 +295,7 @@ _LOC_HINTS = {
     "adaptive_batch": "expected true or false",
     "epochs": "expected an integer >= 1",
     "deadline": "expected a time in seconds since the epoch, after submission and within 30 days",
+    "time_limit": f"expected a number of seconds > 0 and <= {MAX_TIME_LIMIT_S:.0f} (a year)",
 }
 
 
@@ -397,7 +404,7 @@ class Job:
     exit_code: int | None = None
     reason: str = ""
     batch_size: int | None = None  # current global batch size (elastic simulation)
-    stopping: str | None = None  # 'preempt' | 'cancel' while the executor stops it
+    stopping: str | None = None  # 'preempt' | 'cancel' | 'time-limit' while the executor stops it
     extra: dict[str, Any] = field(default_factory=dict)
     #: the allocation the job held last (kept after it ends; equals `alloc` while it has one)
     last_alloc: Allocation = field(default_factory=dict)

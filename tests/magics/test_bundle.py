@@ -169,12 +169,6 @@ def test_unpicklable_result_fails_clearly(tmp_path: Path) -> None:
     assert "cannot be pickled" in proc.stderr
 
 
-def test_timeout_stops_the_job(tmp_path: Path) -> None:
-    proc = run_script(bundle.build_script("import time\ntime.sleep(30)\n", timeout=0.5), tmp_path / "j")
-    assert proc.returncode == 124
-    assert "--timeout" in proc.stderr
-
-
 def test_missing_and_unpicklable_vars_name_the_variable() -> None:
     with pytest.raises(BundleError, match=r"^--vars: no variable named 'nope' in the notebook$"):
         bundle.pack_vars(["nope"], {})

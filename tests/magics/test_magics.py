@@ -499,6 +499,21 @@ def test_result_of_a_running_job_follows_it_and_an_interrupt_leaves_it_running(
         assert message in str(r.error_in_exec), (line, r.error_in_exec)
 
 
+def test_timeout_is_the_schedulers_time_limit(shell: InteractiveShell, client: Client) -> None:
+    """`--timeout` is the spec's `time_limit`: the scheduler stops the job (SIGTERM, the grace
+    period: a checkpoint can be saved; it was `os._exit(124)` in the cell's process) and the
+    cell ends with one line saying why."""
+    r = cell(shell, "--timeout 1 --name capped",
+             "import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *_: (print('saving', flush=True), sys.exit(143)))\n"
+             "time.sleep(60)")
+    err = r.error_in_exec
+    assert isinstance(err, JobFailed), err
+    assert str(err).endswith("(capped) failed: exit code 124: stopped at its time limit (1 s of run time)"), \
+        err
+    assert err.job["spec"]["time_limit"] == 1.0 and "saving" in client.logs(err.job["id"])
+
+
 def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: pytest.CaptureFixture) -> None:
     capsys.readouterr()
     shell.run_cell("%schedulearn queue")

@@ -337,3 +337,15 @@ def test_a_widget_reads_only_the_end_of_a_long_log(shell: InteractiveShell, clie
     first, *_ = end.split("\n")
     assert first.startswith("line 0") and first.endswith(" " + "y" * 50) and len(first) == 62
     assert [ln for ln in screen_lines(end) if not ln.startswith("=== schedulearn")][-2:] == [bar, "saved"]
+
+
+def test_a_running_job_shows_its_time_limit() -> None:
+    from schedulearn_magics import views
+
+    job = {"id": 5, "name": "e", "state": "running", "gpus": 1, "alloc": {"n0": [0]}, "start_time": 0.0,
+           "spec": {"gpus": 1, "time_limit": 7200.0}}
+    assert "ran 5m00s (time limit 2h00m)" in views.status_detail(job, now=300.0)
+    ended = {**job, "state": "failed", "run_s": 7200.0, "reason": "stopped at its time limit (2 h 00 min "
+             "of run time)"}
+    assert views.status_detail(ended, now=9000.0).endswith("ran 2h00m, stopped at its time limit (2 h 00 min "
+                                                            "of run time)")

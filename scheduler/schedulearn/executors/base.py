@@ -88,7 +88,7 @@ class Executor:
         raise NotImplementedError
 
     def stop(self, job: Job, why: str, now: float) -> None:
-        """Stop `job` (`why` is 'preempt' or 'cancel'); report its exit when it is gone."""
+        """Stop `job` (`why` is 'preempt', 'cancel' or 'time-limit'); report its exit when it is gone."""
         raise NotImplementedError
 
     def resize(self, job: Job, old: Allocation, now: float) -> None:

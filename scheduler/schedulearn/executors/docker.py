@@ -65,7 +65,7 @@ from .launch import (
     prepare_elastic_dir,
     visible_devices,
 )
-from .lifecycle import Run, RunExecutor, reattached_line, resized_line, start_line
+from .lifecycle import ENGINE_STOPS, Run, RunExecutor, reattached_line, resized_line, start_line
 from .registry import ExecutorKind, Option
 
 if TYPE_CHECKING:
@@ -825,7 +825,7 @@ class DockerExecutor(RunExecutor):
 
     def _run_ended(self, run: _Run) -> None:
         mains = [x for x in run.workers if not x.sidecar]
-        if run.stopping in ("cancel", "preempt"):
+        if run.stopping in ENGINE_STOPS:
             code = next((x.code for x in mains if x.code), 0)
         elif run.stopping is not None:
             code = mains[0].code or 0

@@ -234,7 +234,7 @@ class RunExecutor(JobDirExecutor):
 
     # -- ends ------------------------------------------------------------------------------------
     def _end_reason(self, run: Run, code: int | None) -> str:
-        if run.stopping in ("cancel", "preempt"):
+        if run.stopping in ENGINE_STOPS:
             return stopped_reason(run.stopping, run.killed)
         if run.stopping is not None:
             return f"stopped for {run.stopping}"
@@ -294,8 +294,12 @@ def reattached_line(restarts: int, what: str) -> str:
     return f"{joblogs.MARKER} re-attached to run #{restarts} ({what}) ===\n"
 
 
+#: the engine's stops (`Executor.stop`'s `why`), as a run's end says them
+ENGINE_STOPS = {"cancel": "cancelled", "preempt": "preempted", "time-limit": "stopped at its time limit"}
+
+
 def stopped_reason(why: str, killed: bool) -> str:
-    text = "cancelled" if why == "cancel" else "preempted" if why == "preempt" else why
+    text = ENGINE_STOPS.get(why, why)
     return f"{text} (SIGKILL after the grace period)" if killed else text
 
 

@@ -58,7 +58,7 @@ class VirtualClock:
             woke = False  # every interval boundary is a tick: time-driven policies decide each round
         else:
             ticking = self.t + self.tick if engine.needs_tick() else math.inf
-            t = min(nxt_input, nxt_end, ticking)
+            t = min(nxt_input, nxt_end, ticking, engine.next_time_limit())
             if t == math.inf:
                 if engine.active:  # jobs that can never finish (they wait for GPUs that never free)
                     left = len(engine.active)

@@ -366,8 +366,9 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    log.info("schedulearn: serving %d GPUs on http://%s:%d%s with the %s executor, %s, store %s",
-             manager.engine.total_gpus, host, port, base_url, settings.executor, manager.policy_note(),
+    n = manager.engine.total_gpus
+    log.info("schedulearn: serving %d GPU%s on http://%s:%d%s with the %s executor, %s, store %s",
+             n, "" if n == 1 else "s", host, port, base_url, settings.executor, manager.policy_note(),
              manager.store.url if manager.store is not None else "memory")
     if note := manager.no_gpus_note():  # every submission would be refused
         log.warning("schedulearn: %s", note)

@@ -143,6 +143,28 @@ def test_nvml_reading_lists_gpus_and_mig_devices_separately():
     assert nv.inits == 1
 
 
+def test_only_the_gpus_named_are_scheduled_and_a_missing_one_is_said_once(caplog):
+    """`local_gpus`: a workstation keeps a GPU out of the scheduler's hands (its display, or
+    interactive work). By index, by UUID, a MIG device by its GPU's UUID; indices kept as NVML
+    numbers them (what `CUDA_VISIBLE_DEVICES` gets)."""
+    nv = FakeNvml()
+    assert [g.uuid for g in HostInventory(host="h", nvml=nv, only=["0"]).refresh()[0].gpus] == ["GPU-0"]
+    assert [g.uuid for g in HostInventory(host="h", nvml=nv, only=["GPU-1"]).refresh()[0].gpus] == [
+        "MIG-1-0", "MIG-1-2"]
+    assert [g.index for g in HostInventory(host="h", nvml=nv, only=["3,MIG-1-0"]).refresh()[0].gpus] == [2, 3]
+    virtual = HostInventory(virtual_gpus=4, host="h", only=["1,3"])
+    with caplog.at_level(logging.WARNING, logger="schedulearn.inventory"):
+        assert [g.index for g in virtual.refresh()[0].gpus] == [1, 3] and not caplog.records
+        partly = HostInventory(virtual_gpus=4, host="h", only=["2", "9"])
+        for _ in range(3):
+            assert [g.index for g in partly.refresh()[0].gpus] == [2]
+    assert [r.getMessage() for r in caplog.records] == [
+        "local_gpus: 9 not found on this machine (it has 0, 1, 2, 3); left out"]
+    for bad in ("x", "1 2", "-1", "gpu0"):
+        with pytest.raises(ValueError, match=rf"^local_gpus: expected GPU indices or UUIDs.*got '{bad}'$"):
+            HostInventory(virtual_gpus=4, only=[bad])
+
+
 def test_nvml_failing_after_init_falls_back_to_virtual(caplog):
     nv = FakeNvml()
     working = nv.nvmlDeviceGetCount

@@ -374,6 +374,33 @@ def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
         proc.wait(20)
 
 
+def test_a_workstation_keeps_a_gpu_out_of_the_schedulers_hands(tmp_path: Path):
+    """`--local-gpus 1,3` (SCHEDULEARN_LOCAL_GPUS, `c.SchedulearnApp.local_gpus`): the scheduler
+    lists and gives out only those; a selection that names none of this machine's GPUs is refused
+    at start, in one line."""
+    s = Serve(tmp_path / "serve", "--token", "t", "--virtual-gpus", "4", "--local-gpus", "1,3",
+              "--tick", "0.2")
+    try:
+        c = Client(s.url, "t")
+        assert [g["index"] for g in c.gpus()["nodes"][0]["gpus"]] == [1, 3]
+        job = c.submit({"gpus": 2, "command": [sys.executable, "-c", "import os; print(os.environ["
+                                                                      "'CUDA_VISIBLE_DEVICES'])"]})
+        wait_for(lambda: c.job(job["id"])["state"] == "succeeded")
+        assert "\n1,3\n" in c.logs(job["id"])
+        assert "gpus: at most 2 (the GPUs of this cluster), got 3" in str(
+            pytest.raises(ClientError, c.submit, {"gpus": 3, "command": ["true"]}).value)
+    finally:
+        s.stop()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+    refused = subprocess.run(
+        [sys.executable, "-m", "schedulearn.cli", "serve", "--port", "0", "--token", "t", "--virtual-gpus",
+         "4", "--local-gpus", "4,5", "--store", f"sqlite:///{tmp_path / 'r.db'}",
+         "--job-root", str(tmp_path / "j")],
+        capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode != 0 and refused.stderr.splitlines()[-1] == (
+        "schedulearn serve: local_gpus: none of 4, 5 is a GPU of this machine (it has 0, 1, 2, 3)"), refused
+
+
 def test_serve_standalone_with_tokens(serve: Serve):
     with pytest.raises(ClientError) as e:
         Client(serve.url, "").gpus()

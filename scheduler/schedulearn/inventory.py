@@ -11,13 +11,19 @@ is not schedulable whole, so its MIG devices are listed instead, each as its own
 `mig_parent` = the parent's UUID, its MIG UUID (what `CUDA_VISIBLE_DEVICES` takes) and an index
 numbered after the physical GPUs. Without NVML (`NVMLError_LibraryNotFound`, no driver, no GPU)
 the node has `virtual_gpus` GPUs marked `virtual=True` (and so does the node).
+
+`only` keeps the scheduler to some of them (`local_gpus`: a workstation's display GPU, or one kept
+for interactive work, is left alone): GPU indices or UUIDs, a MIG device by its own UUID or its
+GPU's. A GPU named there but not found is left out of the inventory, said once in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .model import Gpu, Node
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("schedulearn.inventory")
 _MIB = 1024 * 1024
+#: how `only` names a GPU: its index, or a UUID as NVML gives it (`GPU-…`, `MIG-…`, or a virtual GPU's)
+_GPU_ID = re.compile(r"\d+|(?:GPU|MIG|virtual)-[\w.:/-]+")
 
 
 def _load_nvml() -> Any:
@@ -52,11 +60,19 @@ class Inventory(Protocol):
 class HostInventory:
     """GPUs of one host. `refresh()` re-reads them (memory, utilisation, MIG changes)."""
 
-    def __init__(self, virtual_gpus: int = 0, host: str | None = None, nvml: Any = None):
+    def __init__(self, virtual_gpus: int = 0, host: str | None = None, nvml: Any = None,
+                 only: Iterable[str] = ()):
         if not isinstance(virtual_gpus, int) or virtual_gpus < 0:
             raise ValueError(f"virtual_gpus: expected an integer >= 0, got {virtual_gpus!r}")
         self.host = host or socket.gethostname()
         self.virtual_gpus = virtual_gpus
+        self.only = tuple(x.strip() for item in only for x in str(item).split(",") if x.strip())
+        for name in self.only:
+            if not _GPU_ID.fullmatch(name):
+                raise ValueError(f"local_gpus: expected GPU indices or UUIDs, comma-separated (1,2,3 or "
+                                 f"GPU-8f3e…), got {name!r}")
+        self.not_found: tuple[str, ...] = ()  # GPUs of `only` the last read did not find
+        self.found: list[Gpu] = []  # every GPU the last read found, those left out included
         self._nvml = nvml if nvml is not None else _load_nvml()
         self._initialised = False
         self.nvml_error: str | None = None  # why NVML is not used, when it is not
@@ -69,12 +85,27 @@ class HostInventory:
     def refresh(self) -> list[Node]:
         gpus = self._read_nvml()
         if gpus:
-            self.nodes = [Node(name=self.host, gpus=gpus, virtual=False, address="localhost")]
+            node = Node(name=self.host, gpus=gpus, virtual=False, address="localhost")
         else:
             node = Node.virtual_node(self.host, self.virtual_gpus)
             node.address = "localhost"
-            self.nodes = [node]
+        self.found = list(node.gpus)
+        if self.only:
+            node.gpus = self._selected(node.gpus)
+        self.nodes = [node]
         return self.nodes
+
+    def _selected(self, gpus: list[Gpu]) -> list[Gpu]:
+        """The GPUs `only` names (a MIG device also by its GPU's UUID); says once which are missing."""
+        names = set(self.only)
+        kept = [g for g in gpus if names & {str(g.index), g.uuid, g.mig_parent or ""}]
+        missing = tuple(n for n in self.only
+                        if not any(n in (str(g.index), g.uuid, g.mig_parent) for g in gpus))
+        if missing and missing != self.not_found:
+            log.warning("local_gpus: %s not found on this machine (it has %s); left out", ", ".join(missing),
+                        gpu_names(gpus))
+        self.not_found = missing
+        return kept
 
     def close(self) -> None:
         if self._initialised:
@@ -153,6 +184,11 @@ class HostInventory:
             out.append(Gpu(index=-1, uuid=uuid, name=name, memory_total_mb=total, memory_used_mb=used,
                            utilization=util, virtual=False, mig_parent=parent.uuid))
         return out
+
+
+def gpu_names(gpus: list[Gpu]) -> str:
+    """`0, 1, 2, 3` (`none` when there are none): what a message about `only` lists."""
+    return ", ".join(str(g.index) if not g.mig_parent else g.uuid for g in gpus) or "none"
 
 
 def _shape(nodes: list[Node]) -> list[tuple[str, bool, tuple[tuple[int, str], ...]]]:

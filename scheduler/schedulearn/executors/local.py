@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import joblogs, nofollow, pauses
-from ..inventory import Inventory
+from ..inventory import HostInventory, Inventory, gpu_names
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher
 from .base import ExecutorError
@@ -55,7 +55,7 @@ from .launch import (
     wrap_exit_code,
 )
 from .lifecycle import Run, RunExecutor, reattached_line, resized_line, start_line
-from .registry import ExecutorKind
+from .registry import ExecutorKind, Option
 from .torchrun_elastic import resizable as _torchrun_resizable
 
 if TYPE_CHECKING:
@@ -618,10 +618,22 @@ def _read_exit_code(path: Path) -> int | None:
         return None
 
 
+GPUS = Option("local_gpus", [], "this machine's GPUs the scheduler may give jobs: indices or UUIDs, "
+              "comma-separated (e.g. 1,2,3 keeps GPU 0 for the desktop or interactive work); default all")
+
+
 def _make(settings: Settings) -> LocalExecutor:
-    return LocalExecutor(settings.job_root, settings.cancel_grace, run_as=settings.run_as())
+    ex = LocalExecutor(settings.job_root, settings.cancel_grace, run_as=settings.run_as())
+    only = settings.options.get(GPUS.name) or []
+    if only:  # (else the service gives it this host's inventory)
+        ex.inventory = inv = HostInventory(settings.virtual_gpus, settings.node_name, only=only)
+        if not inv.refresh()[0].gpus:  # a typo leaves the scheduler nothing: said at start
+            inv.close()
+            raise ValueError(f"local_gpus: none of {', '.join(inv.only)} is a GPU of this machine "
+                             f"(it has {gpu_names(inv.found)})")
+    return ex
 
 
-KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make)
+KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make, options=(GPUS,))
 
 __all__ = ["KIND", "LocalExecutor"]

@@ -220,6 +220,48 @@ def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
     wait_for(lambda: c.job(queued["id"])["state"] == "cancelled")
 
 
+def test_a_wait_on_a_job_rides_out_its_servers_restart(live_server: LiveServer, tmp_path: Path):
+    """`submit --wait` and `logs -f` keep following a job while its server restarts (an upgrade,
+    a crash and its service manager's restart): every line once, in order, the job's own exit
+    status at the end. Before, both ended at once with `cannot reach` and exit status 1."""
+    live_server.start()
+    env = {**live_server.env, "SCHEDULEARN_URL": live_server.url, "SCHEDULEARN_TOKEN": live_server.token}
+    gate = tmp_path / "open"
+    program = (f"import os, sys, time\nprint('before', flush=True)\n"
+               f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+               "for i in range(40):\n    print(f'after {i}', flush=True)\n    time.sleep(0.05)\n"
+               f"while not os.path.exists({str(gate)!r} + '2'):\n    time.sleep(0.05)\n"
+               "print('last', flush=True)\nsys.exit(3)\n")
+    (tmp_path / "job.py").write_text(program)
+    cmd = [sys.executable, "-m", "schedulearn.cli"]
+    waiting = subprocess.Popen([*cmd, "submit", "--wait", "--", sys.executable, str(tmp_path / "job.py")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert waiting.stdout is not None
+    job_id = int(waiting.stdout.readline().split()[2])  # `submitted job N (...)`
+    wait_for(lambda: "before" in Client(live_server.url, live_server.token).logs(job_id), what="its start")
+    following = subprocess.Popen([*cmd, "logs", "-f", "--tail", "1", str(job_id)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    live_server.stop()
+    gate.touch()  # it writes while no server reads its log
+    time.sleep(3.0)
+    live_server.start()
+    Path(f"{gate}2").touch()  # and ends once its server is back
+    out, err = waiting.communicate(timeout=90)
+    followed, followed_err = following.communicate(timeout=90)
+    body = [ln for ln in out.splitlines() if not ln.startswith("=== schedulearn")]
+    assert body == ["before", *(f"after {i}" for i in range(40)), "last"], out
+    assert waiting.returncode == 3, (out, err)
+    said = err.splitlines()
+    assert said[0].startswith("schedulearn: lost touch with the server (url: "), err
+    assert said[0].endswith("; trying again for up to 10 min (the job is not affected)"), err
+    assert re.fullmatch(r"schedulearn: the server answers again \(after \d+ s\)", said[1]), err
+    assert said[2:] == [f"job {job_id}: failed (last)"], err  # (its last line: the reason)
+    shown = [ln for ln in followed.splitlines() if not ln.startswith("=== schedulearn")]
+    assert shown == ["before", *(f"after {i}" for i in range(40)), "last"], followed
+    assert following.returncode == 0 and "the server answers again" in followed_err, followed_err
+
+
 def test_queued_jobs_say_why_counts_are_real_and_one_process_gets_one_gpu(live_server: LiveServer):
     """A queued job's `reason` says what it needs, what is free and its place in line; `ls` shows
     the GPUs a job asks for, holds or held (never 0); `--gpus auto` gives a plain Python job one

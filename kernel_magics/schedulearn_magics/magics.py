@@ -36,7 +36,16 @@ from traitlets import Bool, Float, Int
 from . import bundle, views
 from ._client import ServerError, connect, empty_log_note
 from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
-from .watch import JobView, TextJobView, follow, follow_in_background, poll_job, queue_text, widgets_available
+from .watch import (
+    JobView,
+    TextJobView,
+    follow,
+    follow_in_background,
+    poll_job,
+    queue_text,
+    reconnecting,
+    widgets_available,
+)
 
 LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
 #: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
@@ -286,8 +295,13 @@ class SchedulearnMagics(Magics):
     async def _await_end(self, handle: JobHandle, view: JobView) -> dict[str, Any]:
         """`follow` on the event loop: each poll in a thread, the waits between them awaited."""
         delay = 0.1
+        patience = reconnecting(view)
         while True:
-            job = await asyncio.to_thread(poll_job, handle, view)
+            try:
+                job = await asyncio.to_thread(poll_job, handle, view, patience.answered)
+            except ServerError as e:
+                await asyncio.sleep(patience.lost(e))
+                continue
             if job["state"] in FINAL_STATES:
                 return job
             await asyncio.sleep(delay)

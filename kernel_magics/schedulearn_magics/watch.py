@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+from schedulearn.client import ClientError, Reconnecting
+
 from . import views
 from .handle import FINAL_STATES, JobHandle
 
@@ -45,6 +47,9 @@ class JobView(Protocol):
 
     def update(self, job: dict[str, Any], position: int | None, logs: str | None) -> None: ...
 
+    def note(self, text: str) -> None:
+        """Say something about the wait itself (the server was lost, it answers again)."""
+
 
 class TextJobView:
     """Plain text: a line when the state (or queue position) changes, and the log as it comes
@@ -68,6 +73,13 @@ class TextJobView:
             self._status(job, position)
         self.out.flush()
 
+    def note(self, text: str) -> None:
+        if self.open_line:
+            self.out.write("\n")
+            self.open_line = False
+        self.out.write(f"schedulearn: {text}\n")
+        self.out.flush()
+
     def _status(self, job: dict[str, Any], position: int | None) -> None:
         key = f"{job.get('state')}/{position}/{job.get('gpus')}"
         if key != self.last:
@@ -78,9 +90,12 @@ class TextJobView:
             self.out.write(views.status_line(job, position) + "\n")
 
 
-def poll_job(handle: JobHandle, view: JobView) -> dict[str, Any]:
-    """Ask the server once about the job (state, queue position, logs) and update `view`."""
+def poll_job(handle: JobHandle, view: JobView, answered: Any = None) -> dict[str, Any]:
+    """Ask the server once about the job (state, queue position, logs) and update `view`;
+    `answered()` is called once the server has answered (before the view shows anything)."""
     job = handle.refresh()
+    if answered is not None:
+        answered()
     position = None
     if job["state"] == "queued":
         try:
@@ -97,12 +112,24 @@ def poll_job(handle: JobHandle, view: JobView) -> dict[str, Any]:
     return job
 
 
+def reconnecting(view: JobView) -> Reconnecting:
+    """How a wait rides out a server restart: it asks again (for up to 10 min), and the view
+    says that the server was lost, and that it is back."""
+    return Reconnecting(say=view.note)
+
+
 def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
            stop: threading.Event | None = None) -> dict[str, Any]:
-    """Poll until the job ends (or `stop` is set), updating `view`; the last job dict."""
+    """Poll until the job ends (or `stop` is set), updating `view`; the last job dict. A
+    server that cannot answer for a while (a restart) is asked again (`reconnecting`)."""
     delay = 0.1
+    patience = reconnecting(view)
     while True:
-        job = poll_job(handle, view)
+        try:
+            job = poll_job(handle, view, patience.answered)
+        except ClientError as e:
+            time.sleep(patience.lost(e))  # (raises: a refusal, or a server gone too long)
+            continue
         if job["state"] in FINAL_STATES:
             return job
         if stop is not None and stop.wait(delay):

@@ -62,6 +62,10 @@ class JobWidget(w.VBox):
     def __repr__(self) -> str:  # the text/plain beside the widget view (notebook viewers): it
         return self._line  # fits in what ipywidgets keeps of it, the deadline included
 
+    def note(self, text: str) -> None:
+        """A word about the wait (the server lost, then back), beside the Cancel button."""
+        self.message.value = f"<span style='color:#b58900'>{html.escape(text)}</span>"
+
     def _cancel(self) -> None:
         self.cancel_button.disabled = True
         try:

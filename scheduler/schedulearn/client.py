@@ -15,17 +15,20 @@ lives under `schedulearn/api/` below it. Standard library only: the kernel magic
 from __future__ import annotations
 
 import codecs
+import http.client
 import json
 import os
 import re
+import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .joblogs import LOG_SIZE, NEXT_OFFSET
+from .joblogs import LOG_SIZE, NEXT_OFFSET, TAIL_BYTES, last_lines
 
 RUNTIME_FILE = "schedulearn-server.json"
 API_PATH = "schedulearn/api/"
@@ -39,6 +42,12 @@ class ClientError(RuntimeError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+    @property
+    def transient(self) -> bool:
+        """The server could not answer now (unreachable: a restart; a proxy's 502/504; a 503,
+        its store away), as opposed to a refusal: asking again later may work."""
+        return self.status in (None, 502, 503, 504)
 
 
 def runtime_dir() -> Path:
@@ -137,10 +146,18 @@ class Client:
             raise ClientError(f"{message} (HTTP {e.code})", e.code) from None
         except urllib.error.URLError as e:
             raise ClientError(f"url: cannot reach {self.api} ({e.reason})") from None
+        except (OSError, http.client.HTTPException) as e:  # the connection closed or reset, a timeout
+            raise self._lost(e) from None
+
+    def _lost(self, e: BaseException) -> ClientError:
+        return ClientError(f"url: lost the connection to {self.api} ({e or type(e).__name__})")
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         with self._open(method, path, body, params) as resp:
-            raw = resp.read()
+            try:
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as e:  # cut short: the server went away
+                raise self._lost(e) from None
             if "json" in resp.headers.get("Content-Type", ""):
                 return json.loads(raw) if raw else None
             return raw
@@ -194,7 +211,10 @@ class Client:
         """The log's bytes from `offset` on (at most a MiB: it may end inside a UTF-8 character),
         the offset the next page starts at, and the log's size (`LogReader` keeps the place)."""
         with self._open("GET", f"jobs/{int(job_id)}/logs", params={"offset": int(offset)}) as resp:
-            data = resp.read()
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise self._lost(e) from None
             return data, int(resp.headers[NEXT_OFFSET]), int(resp.headers[LOG_SIZE])
 
     def follow(self, job_id: int, tail: int | None = None, timeout: float | None = None) -> Iterator[str]:
@@ -252,13 +272,20 @@ class LogReader:
         self._first = True
 
     def read(self) -> str:
+        """What was written since the last read. A request that fails after pages were read
+        returns those (the next read goes on from them); one that fails first raises."""
         out: list[str] = []
         self.skipped = False
         if self._first and self.behind is not None:  # where the log ends, before reading any
             self._skip(self.client.log_page(self.job_id, 1 << 62)[2])
         self._first = False
         for _ in range(self.pages):
-            data, after, size = self.client.log_page(self.job_id, self.offset)
+            try:
+                data, after, size = self.client.log_page(self.job_id, self.offset)
+            except ClientError:
+                if not out:
+                    raise
+                break
             if self._skip(size):
                 out = []  # (what came before the skip is left behind too)
                 data, after, size = self.client.log_page(self.job_id, self.offset)
@@ -277,6 +304,100 @@ class LogReader:
         self.offset, self.skipped = size - self.behind, True
         self._decoder.reset()
         return True
+
+
+class Reconnecting:
+    """Calls a client method again while the server cannot answer (`ClientError.transient`: a
+    restart, a proxy's 502), backing off (up to `most` seconds apart), for up to `patience`
+    seconds; `say` tells of the outage once, and of the server's return. What a wait on a job
+    (`schedulearn submit --wait`, `logs -f`, a waiting notebook cell) goes through: the job runs
+    on while its server restarts, and so does the wait."""
+
+    def __init__(self, say: Callable[[str], object] | None = None, patience: float = 600.0,
+                 most: float = 10.0, sleep: Callable[[float], object] = time.sleep):
+        self.say = say or (lambda text: print(f"schedulearn: {text}", file=sys.stderr))
+        self.patience, self.most, self.sleep = patience, most, sleep
+        self.lost_at: float | None = None  # when the server stopped answering (monotonic)
+
+        self._delay = 0.5
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        while True:
+            try:
+                value = fn(*args)
+            except ClientError as e:
+                self.sleep(self.lost(e))
+                continue
+            self.answered()
+            return value
+
+    def lost(self, e: ClientError) -> float:
+        """A call failed with `e`: the seconds to wait before the next try; `e` again when it is
+        a refusal, or when the server has not answered for `patience` seconds."""
+        if not e.transient:
+            raise e
+        now = time.monotonic()
+        if self.lost_at is None:
+            self.lost_at, self._delay = now, 0.5
+            self.say(f"lost touch with the server ({e}); trying again for up to "
+                     f"{self.patience / 60:.0f} min (the job is not affected)")
+        elif now - self.lost_at >= self.patience:
+            raise ClientError(f"{e}; gave up after {self.patience / 60:.0f} min", e.status) from None
+        delay, self._delay = self._delay, min(self._delay * 2, self.most)
+        return delay
+
+    def answered(self) -> None:
+        """A call succeeded: the server is back, if it was away."""
+        if self.lost_at is not None:
+            self.say(f"the server answers again (after {time.monotonic() - self.lost_at:.0f} s)")
+            self.lost_at = None
+
+
+def follow_pages(client: Client, job_id: int, tail: int | None = None, call: Callable[..., Any] | None = None,
+                 poll: float = 1.0, final: tuple[str, ...] = ("succeeded", "failed", "cancelled"),
+                 ) -> Iterator[str]:
+    """The log (its last `tail` lines, or all of it), then what the job writes, until it has
+    ended and all is read: read a page at a time from where the last read stopped (`LogReader`,
+    every `poll` seconds at most), so that a call that fails can be made again without losing
+    or repeating a byte (`call`: `Reconnecting()` survives a server restart). A progress bar's
+    drawings come as they are drawn."""
+    call = call or (lambda fn, *args: fn(*args))
+    reader = LogReader(client, job_id)
+    if tail is not None:
+        size = call(client.log_page, job_id, 1 << 62)[2]
+        text, reader.offset = call(_tail_until, client, job_id, tail, size), size
+        if text:
+            yield text
+    delay = 0.1
+    while True:
+        ended = call(client.job, job_id)["state"] in final  # before the log: nothing written is missed
+        text = call(reader.read)
+        if text:
+            yield text
+            delay = 0.1
+            continue
+        if ended:
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, poll)
+
+
+def _tail_until(client: Client, job_id: int, lines: int, size: int) -> str:
+    """The last `lines` lines of the log's first `size` bytes, as `GET logs?tail=` answers for
+    the whole log (read back a page at a time, at most `TAIL_BYTES`)."""
+    if lines <= 0:
+        return ""
+    data, start = b"", size
+    while start > 0 and data.count(b"\n") <= lines and size - start < TAIL_BYTES:
+        begin = max(0, start - min(1 << 20, TAIL_BYTES - (size - start)))
+        piece, offset = b"", begin
+        while offset < start:
+            page, offset, _ = client.log_page(job_id, offset)
+            if not page:
+                break
+            piece += page
+        data, start = piece[:start - begin] + data, begin
+    return last_lines(data, lines, cut_short=start > 0)
 
 
 def _from_a_line(data: bytes) -> bytes:

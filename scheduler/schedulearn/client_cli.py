@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import deadlines
-from .client import Client, ClientError, empty_log_note, printable, shown_gpus
+from .client import Client, ClientError, Reconnecting, empty_log_note, follow_pages, printable, shown_gpus
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
 COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "gpus")
@@ -215,11 +215,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _wait(client: Client, job: dict[str, Any]) -> int:
     """`submit --wait`: the log as it comes, then the job's end on stderr and as the status.
     Ctrl-C ends the wait, not the job, and says so."""
+    call = Reconnecting()
     try:
-        for line in client.follow(job["id"]):
-            sys.stdout.write(line)
+        for text in follow_pages(client, job["id"], call=call):
+            sys.stdout.write(text)
             sys.stdout.flush()  # a progress bar's drawing as it comes
-        job = client.job(job["id"])
+        job = call(client.job, job["id"])
     except KeyboardInterrupt:
         print(f"\nschedulearn: job {job['id']} goes on (Ctrl-C ended the wait only): schedulearn logs -f "
               f"{job['id']} follows it, schedulearn cancel {job['id']} stops it", file=sys.stderr)
@@ -308,11 +309,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     try:
         client = _client(args)
         wrote = 0
-        if args.follow:
-            for line in client.follow(args.job_id, args.tail):
-                sys.stdout.write(line)
+        if args.follow:  # (a server restart on the way is waited out: `Reconnecting`)
+            for text in follow_pages(client, args.job_id, args.tail, call=Reconnecting()):
+                sys.stdout.write(text)
                 sys.stdout.flush()
-                wrote += len(line)
+                wrote += len(text)
         else:
             for chunk in client.log_bytes(args.job_id, args.tail):  # as it comes, byte for byte
                 sys.stdout.buffer.write(chunk)

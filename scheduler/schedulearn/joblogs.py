@@ -50,7 +50,13 @@ def tail(path: Path | str, lines: int | None = None) -> str:
             pos -= step
             f.seek(pos)
             data = f.read(step) + data
-    if pos > 0 and data.count(b"\n") <= lines:  # cut short: the first line read is a piece
+    return last_lines(data, lines, cut_short=pos > 0)
+
+
+def last_lines(data: bytes, lines: int, cut_short: bool) -> str:
+    """The last `lines` lines of `data`, the end of a log (`cut_short`: not from its start, so
+    that its first line may be a piece, dropped unless it is all there is)."""
+    if cut_short and data.count(b"\n") <= lines:
         cut = data.find(b"\n")
         data = data[cut + 1:] if 0 <= cut < len(data) - 1 else data.lstrip(bytes(range(0x80, 0xC0)))
     # lines end at newlines only: a progress bar's carriage returns redraw a line, add none

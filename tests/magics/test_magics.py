@@ -5,6 +5,7 @@ as processes, results come back over HTTP."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from schedulearn_magics import views
 from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted, NoResult
 
 from tests.conftest import require
+from tests.fixtures.jupyter import LiveServer
 from tests.magics.conftest import GPUS, wait_job
 
 
@@ -512,6 +514,41 @@ def test_timeout_is_the_schedulers_time_limit(shell: InteractiveShell, client: C
     assert str(err).endswith("(capped) failed: exit code 124: stopped at its time limit (1 s of run time)"), \
         err
     assert err.job["spec"]["time_limit"] == 1.0 and "saving" in client.logs(err.job["id"])
+
+
+def test_a_waiting_cell_rides_out_a_restart_of_its_server(
+        shell: InteractiveShell, server: LiveServer, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """A standalone scheduler (or the Jupyter server of another machine) restarts while a cell
+    waits for its job: the cell says so, waits, and gets its value. Before, it ended at once with
+    `UsageError: job N: lost touch with the server`, while the job ran on."""
+    gate = tmp_path / "open"
+
+    def restart() -> None:
+        client = Client(server.url, server.token)
+        wait_job(client, "restarted-under", "running")
+        time.sleep(0.5)
+        server.stop()
+        gate.touch()
+        time.sleep(2.0)
+        server.start()
+        Path(f"{gate}2").touch()
+
+    t = threading.Thread(target=restart, daemon=True)
+    t.start()
+    capsys.readouterr()
+    r = cell(shell, "--name restarted-under",
+             f"import os, time\nprint('before', flush=True)\n"
+             f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\nprint('during', flush=True)\n"
+             f"while not os.path.exists({str(gate)!r} + '2'):\n    time.sleep(0.05)\n'after'")
+    t.join()
+    assert r.success and r.result == "after", r.error_in_exec
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if not ln.startswith(("job ", "=== schedulearn"))]
+    assert lines[:2] == ["before", "schedulearn: lost touch with the server (url: cannot reach "
+                         f"{server.url}schedulearn/api/ ([Errno 111] Connection refused)); trying again for "
+                         "up to 10 min (the job is not affected)"], out
+    assert re.fullmatch(r"schedulearn: the server answers again \(after \d+ s\)", lines[2]), out
+    assert lines[3] == "during" and [ln.split(": ", 1)[-1] for ln in lines[4:]] == ["'after'"], out
 
 
 def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: pytest.CaptureFixture) -> None:

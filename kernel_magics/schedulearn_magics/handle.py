@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schedulearn.client import ClientError, LogReader
+from schedulearn.client import ClientError, LogReader, Reconnecting
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -146,11 +146,22 @@ class JobHandle:
         poll: float = 0.5,
         on_update: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        """Block until the job ends (or `timeout` seconds pass: `TimeoutError`)."""
+        """Block until the job ends (or `timeout` seconds pass: `TimeoutError`). A server that
+        cannot answer for a while (a restart) is asked again, saying so on stderr (`Reconnecting`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = min(poll, 0.2)
+        patience = Reconnecting()
         while True:
-            job = self.refresh()
+            try:
+                job = self.refresh()
+            except ClientError as e:
+                pause = patience.lost(e)
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    raise TimeoutError(f"job {self.id}: no answer from the server within {timeout} s ({e})") \
+                        from None
+                time.sleep(pause)
+                continue
+            patience.answered()
             if on_update is not None:
                 on_update(job)
             if job["state"] in FINAL_STATES:

@@ -549,6 +549,14 @@ def test_a_waiting_cell_rides_out_a_restart_of_its_server(
                          "up to 10 min (the job is not affected)"], out
     assert re.fullmatch(r"schedulearn: the server answers again \(after \d+ s\)", lines[2]), out
     assert lines[3] == "during" and [ln.split(": ", 1)[-1] for ln in lines[4:]] == ["'after'"], out
+    # a handle's result() alike (a --no-wait cell's, `%schedulearn job N`'s)
+    handle = cell(shell, "--no-wait --name bounced", "import time\ntime.sleep(6)\n'kept'").result
+    bounce = threading.Thread(target=lambda: (server.stop(), time.sleep(1.0), server.start()), daemon=True)
+    bounce.start()
+    assert handle.result(timeout=90) == "kept"
+    bounce.join()
+    err = capsys.readouterr().err
+    assert "schedulearn: lost touch with the server" in err and "the server answers again" in err, err
 
 
 def test_queue_text_outside_a_widget_frontend(shell: InteractiveShell, capsys: pytest.CaptureFixture) -> None:

@@ -165,13 +165,18 @@ class SchedulearnMagics(Magics):
         if args.no_wait:
             return self._no_wait(handle, args.out)
         view = self._view(handle)
+        job = self._follow(handle, view, self._interrupted)
+        return self._finish(handle, job, view, args.out)
+
+    def _follow(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
+        """Block until the job ends, showing it in `view`; an interrupt ends the wait with
+        `interrupted(handle, view)`, a server gone for good with one line."""
         try:
-            job = follow(handle, view, poll=self.poll_interval)
+            return follow(handle, view, poll=self.poll_interval)
         except KeyboardInterrupt:
-            raise self._interrupted(handle, view) from None
+            raise interrupted(handle, view) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
-        return self._finish(handle, job, view, args.out)
 
     def _parse(self, line: str) -> Any:
         try:  # shell quoting (IPython's own split keeps the quotes around 'a b')
@@ -284,13 +289,17 @@ class SchedulearnMagics(Magics):
             return self.schedulearn(line, cell)
         handle = self._submit(args, cell)
         view = self._view(handle)
+        job = await self._await(handle, view, self._interrupted)
+        return self._finish(handle, job, view, args.out)
+
+    async def _await(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
+        """`_follow` on the event loop (the kernel's interrupt cancels the task)."""
         try:
-            job = await self._await_end(handle, view)
-        except (asyncio.CancelledError, KeyboardInterrupt):  # the kernel was interrupted
-            raise self._interrupted(handle, view) from None
+            return await self._await_end(handle, view)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise interrupted(handle, view) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
-        return self._finish(handle, job, view, args.out)
 
     async def _await_end(self, handle: JobHandle, view: JobView) -> dict[str, Any]:
         """`follow` on the event loop: each poll in a thread, the waits between them awaited."""
@@ -449,13 +458,7 @@ class SchedulearnMagics(Magics):
         if handle.job["state"] in FINAL_STATES:
             return self._call(handle.result)
         view = self._view(handle)
-        try:
-            job = follow(handle, view, poll=self.poll_interval)
-        except KeyboardInterrupt:
-            raise self._stopped_waiting(handle, view) from None
-        except ServerError as e:
-            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
-        return self._finish(handle, job, view, None)
+        return self._finish(handle, self._follow(handle, view, self._stopped_waiting), view, None)
 
     async def result_async(self, line: str) -> Any:
         """`%schedulearn result ID` on a line of its own in a kernel, rewritten to `await` this
@@ -465,13 +468,7 @@ class SchedulearnMagics(Magics):
         if handle.job["state"] in FINAL_STATES:
             return self._call(handle.result)
         view = self._view(handle)
-        try:
-            job = await self._await_end(handle, view)
-        except (asyncio.CancelledError, KeyboardInterrupt):
-            raise self._stopped_waiting(handle, view) from None
-        except ServerError as e:
-            raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
-        return self._finish(handle, job, view, None)
+        return self._finish(handle, await self._await(handle, view, self._stopped_waiting), view, None)
 
     def _stopped_waiting(self, handle: JobHandle, view: JobView) -> JobInterrupted:
         """An interrupted `result` wait: the job was not this cell's submission, so it runs on

@@ -44,16 +44,19 @@ def _cancel_button(kc: Any, timeout: float = 60) -> str:
     raise AssertionError("the Cancel button never appeared")
 
 
+def click(kc: Any, button: str) -> None:
+    """What the browser sends when the button is clicked: a custom comm message."""
+    kc.shell_channel.send(kc.session.msg("comm_msg", {
+        "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+
+
 def test_cancel_button_works_while_the_cell_waits(kernel: tuple[Any, Any], client: Client) -> None:
     _, kc = kernel
     drain(kc)
     msg_id = kc.execute("%%schedulearn --name button-cancel\nimport time\ntime.sleep(120)\n'never'")
     button = _cancel_button(kc)
     job = wait_job(client, "button-cancel", "running")
-    # What the browser sends when the button is clicked: a custom comm message.
-    click = kc.session.msg("comm_msg", {"comm_id": button,
-                                        "data": {"method": "custom", "content": {"event": "click"}}})
-    kc.shell_channel.send(click)
+    click(kc, button)
     reply, _ = collect_until_reply(kc, msg_id, timeout=60)
     assert client.job(job["id"])["state"] == "cancelled"
     # a cancel is not a crash: one line saying who cancelled it
@@ -69,10 +72,7 @@ def test_result_of_a_running_job_is_awaited_with_its_widget(kernel: tuple[Any, A
     job = client.submit({"script": "import time\ntime.sleep(120)\n", "name": "awaited-result"})
     wait_job(client, "awaited-result", "running")
     msg_id = kc.execute(f"value = %schedulearn result {job['id']}")
-    button = _cancel_button(kc)
-    click = kc.session.msg("comm_msg", {"comm_id": button,
-                                        "data": {"method": "custom", "content": {"event": "click"}}})
-    kc.shell_channel.send(click)
+    click(kc, _cancel_button(kc))
     reply, _ = collect_until_reply(kc, msg_id, timeout=60)
     assert client.job(job["id"])["state"] == "cancelled"
     assert reply["status"] == "error" and reply["ename"] == "JobCancelled", reply

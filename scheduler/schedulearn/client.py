@@ -318,8 +318,7 @@ class Reconnecting:
         self.say = say or (lambda text: print(f"schedulearn: {text}", file=sys.stderr))
         self.patience, self.most, self.sleep = patience, most, sleep
         self.lost_at: float | None = None  # when the server stopped answering (monotonic)
-
-        self._delay = 0.5
+        self._delay = 0.5  # the next pause between tries
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         while True:

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from schedulearn.client import ClientError, Reconnecting
@@ -90,7 +91,7 @@ class TextJobView:
             self.out.write(views.status_line(job, position) + "\n")
 
 
-def poll_job(handle: JobHandle, view: JobView, answered: Any = None) -> dict[str, Any]:
+def poll_job(handle: JobHandle, view: JobView, answered: Callable[[], None] | None = None) -> dict[str, Any]:
     """Ask the server once about the job (state, queue position, logs) and update `view`;
     `answered()` is called once the server has answered (before the view shows anything)."""
     job = handle.refresh()

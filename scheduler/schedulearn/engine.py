@@ -476,8 +476,8 @@ class Engine:
         the queue does not count), as a cancel does: SIGTERM, the grace period to save a
         checkpoint, SIGKILL. It then fails (`job_exited`)."""
         for job in list(self._limited.values()):
-            limit = job.spec.time_limit or math.inf
-            if job.state is JobState.running and job.stopping is None and job.run_time(now) >= limit:
+            if _limit_reached_at(job) <= now:
+                limit = job.spec.time_limit
                 self._ahead(job, TIME_LIMIT, now, _stopping(TIME_LIMIT), limit_s=limit)
                 self._untrack(job)
                 self._changed(job, TIME_LIMIT, now, stored=True, limit_s=limit)
@@ -485,10 +485,8 @@ class Engine:
 
     def next_time_limit(self) -> float:
         """When the first running job reaches its time limit (inf: none will): the simulator's
-        clock stops there."""
-        return min((j.since + j.spec.time_limit - j.run_base for j in self._limited.values()
-                    if j.spec.time_limit is not None and j.state is JobState.running and j.alloc
-                    and j.stopping is None), default=math.inf)
+        clock stops there, the live loop wakes then."""
+        return min(map(_limit_reached_at, self._limited.values()), default=math.inf)
 
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
@@ -1067,6 +1065,15 @@ def _stopping(why: str) -> Callable[[Job], None]:
     def change(job: Job) -> None:
         job.stopping = why
     return change
+
+
+def _limit_reached_at(job: Job) -> float:
+    """When a running job's run time reaches its `time_limit` (inf: not running, being stopped,
+    or no limit)."""
+    limit = job.spec.time_limit
+    if limit is None or job.state is not JobState.running or not job.alloc or job.stopping is not None:
+        return math.inf
+    return job.since + limit - job.run_base
 
 
 def _preempting(job: Job) -> None:

@@ -42,6 +42,18 @@ export function ran(job: IJob, now: number): number | null {
   return Math.max(0, (job.end_time ?? now) - job.start_time);
 }
 
+/** `ran 4m 10s`, and while it runs under a time limit `ran 4m 10s (time limit 10m 0s)`; null
+ * for a job that never started. */
+export function ranText(job: IJob, now: number): string | null {
+  const r = ran(job, now);
+  if (r === null) {
+    return null;
+  }
+  const limit = job.spec?.time_limit;
+  const cap = job.state === 'running' && typeof limit === 'number' ? ` (time limit ${formatDuration(limit)})` : '';
+  return `ran ${formatDuration(r)}${cap}`;
+}
+
 /** `{"node0": [0, 1]}` → `node0:0,1`. */
 export function formatAlloc(alloc: Allocation | undefined): string {
   if (!alloc) {

@@ -8,7 +8,7 @@ import {
   jobColour,
   progressPercent,
   progressText,
-  ran,
+  ranText,
   shownGpus,
   waited
 } from './format';
@@ -70,12 +70,11 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
     }
     const gpus = shownGpus(job);
     const where = formatAlloc(job.gpus > 0 ? job.alloc : job.last_alloc ?? {});
-    const r = ran(job, now);
     const meta = [
       job.user || '–',
       `${gpus} GPU${gpus === '1' ? '' : 's'}`,
       `waited ${formatDuration(waited(job, now))}`,
-      r === null ? null : `ran ${formatDuration(r)}`,
+      ranText(job, now),
       progressText(job) || null,
       deadlineText(job, now) || null
     ]

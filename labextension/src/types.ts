@@ -62,7 +62,7 @@ export interface IJob {
   deadline_status?: 'on_track' | 'at_risk' | 'will_miss' | 'unknown' | 'met' | 'missed';
   /** How late a job that finished after its deadline was, in seconds. */
   missed_by_s?: number;
-  spec?: { gpus?: number | 'auto'; [key: string]: unknown };
+  spec?: { gpus?: number | 'auto'; time_limit?: number | null; [key: string]: unknown };
   /** Another user's job on a shared scheduler: its environment, script, log and result are theirs. */
   private?: boolean;
 }

@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -30,6 +30,12 @@ test('waited and ran', () => {
   assert.equal(ran(job({ start_time: 1004 }), 1010), 6);
   assert.equal(ran(job({ start_time: 1004, end_time: 1005 }), 1010), 1);
   assert.equal(ran(job({ start_time: 1004, run_s: 3.5 }), 1010), 3.5);
+  assert.equal(ranText(job({}), 1010), null);
+  assert.equal(ranText(job({ start_time: 1004, end_time: 1005 }), 1010), 'ran 1s');
+  const limited = job({ state: 'running', start_time: 750, run_s: 250, spec: { time_limit: 600 } });
+  assert.equal(ranText(limited, 1010), 'ran 4m 10s (time limit 10m 0s)');
+  assert.equal(ranText({ ...limited, state: 'failed' }, 1010), 'ran 4m 10s'); // the reason says it after
+  assert.equal(ranText({ ...limited, spec: { time_limit: null } }, 1010), 'ran 4m 10s');
 });
 
 test('formatAlloc, requestedGpus, utilisationPercent', () => {

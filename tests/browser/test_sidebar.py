@@ -452,10 +452,11 @@ def test_a_notification_with_a_log_link_when_my_job_ends(lab_page: Any, lab_serv
 def test_a_job_reporting_progress_shows_a_bar_and_its_time_left(lab_page: Any, lab_server: LabServer,
                                                                  shot: Any) -> None:
     """A job that reports its progress (`schedulearn.elastic.report(progress=...)`): its row
-    shows the server's estimate (a bar filled to the fraction done, `N% done · ~… left`)."""
+    shows the server's estimate (a bar filled to the fraction done, `N% done · ~… left`), and
+    the time limit it runs under."""
     script = ("import time\nfrom schedulearn import elastic\nfor i in range(1, 4):\n"
               "    time.sleep(0.5)\n    elastic.report(progress=i / 10)\ntime.sleep(60)\n")
-    status, job = lab_server.api("POST", "jobs", {"name": "progress", "script": script})
+    status, job = lab_server.api("POST", "jobs", {"name": "progress", "script": script, "time_limit": 600})
     assert status == 201, job
     open_sidebar(lab_page)
     bar = row(lab_page, job["id"]).locator(".jp-schedulearn-progress")
@@ -464,7 +465,7 @@ def test_a_job_reporting_progress_shows_a_bar_and_its_time_left(lab_page: Any, l
         "(id) => document.querySelector(`tr[data-job-id='${id}'] .jp-schedulearn-progress`)"
         "?.dataset.progress === '30.0'", arg=job["id"], timeout=60_000)
     meta = row(lab_page, job["id"]).locator(".jp-schedulearn-job-meta").inner_text()
-    assert "30% done" in meta and "left" in meta, meta
+    assert "30% done" in meta and "left" in meta and "(time limit 10m 0s)" in meta, meta
     fill = bar.locator(".jp-schedulearn-progress-fill").get_attribute("style")
     assert "width: 30.0%" in fill, fill
     shot(lab_page, "job-progress")

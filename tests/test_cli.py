@@ -325,9 +325,8 @@ def test_a_server_on_another_machine_gives_no_default_workdir():
     this machine (its paths are this directory's); no request is made to decide otherwise (the
     address is TEST-NET-1: nothing answers there)."""
     from schedulearn.client import Client
-    from schedulearn.client_cli import default_workdir
 
-    assert default_workdir(Client("http://192.0.2.1:9/", "t")) is None
+    assert Client("http://192.0.2.1:9/", "t").default_workdir() is None
 
 
 @pytest.mark.parametrize("job, note", [

@@ -11,18 +11,21 @@ installed (a container):
   cell left one, output flushed, the cell's status as the exit status) and signs the result.
 
 Everything that can be checked before submitting is checked here, with a one-line
-`BundleError`: syntax errors in the cell, missing files, missing or unpicklable variables, and
-the total size.
+`BundleError`: syntax errors in the cell, names it reads that only the notebook defines, missing
+files, missing or unpicklable variables, and the total size.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import builtins
 import hashlib
 import io
 import os
+import symtable
 import tarfile
+import types
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -79,6 +82,77 @@ def detect_launcher(source: str | ast.Module) -> str:
 
 def _under(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
+
+
+def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str] = (),
+                hidden: Iterable[str] = ()) -> None:
+    """Refuse a cell that reads a name only the notebook defines: a job starts from a fresh
+    interpreter and gets the notebook's variables only through `--vars` (`passed`), so it would
+    fail with a NameError once its turn came, perhaps hours later. A name counts when the cell
+    reads it as a global (at its top level, or in a function or class as a global) and binds it
+    nowhere (assignment, import, def, class, `global` in a function), and the notebook has it
+    (`namespace`: not a builtin, not one of IPython's own names in `hidden`, not private `_x`).
+    A cell with `from m import *` or `exec` may bind anything: it is not checked. The error
+    names the fix: `--vars` for a value, an import line for a module."""
+    tree = check_syntax(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return
+        if isinstance(node, ast.Name) and node.id == "exec":
+            return
+    read, bound = _globals(symtable.symtable(source, CELL_FILENAME, "exec"), top=True)
+    skip = bound | set(passed) | set(hidden) | set(dir(builtins))
+    names = [n for n in sorted(read - skip, key=_first_use(tree)) if n in namespace and not n.startswith("_")]
+    if not names:
+        return
+    modules = [n for n in names if isinstance(namespace[n], types.ModuleType)]
+    values = [n for n in names if n not in modules]
+    fixes = []
+    if values:
+        them = "it" if len(values) == 1 else "them"
+        fixes.append(f"{', '.join(values)} (add --vars {','.join(values)}, or define {them} in the cell)")
+    if modules:
+        lines = "; ".join(_import_line(n, namespace[n]) for n in modules)
+        fixes.append(f"{', '.join(modules)} (add {lines} to the cell)")
+    raise BundleError(f"cell: a job does not see the notebook's names: {'; '.join(fixes)}")
+
+
+def _globals(table: symtable.SymbolTable, top: bool = False) -> tuple[set[str], set[str]]:
+    """(global names `table` and its children read, those they bind)."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for sym in table.get_symbols():
+        name = sym.get_name()
+        if top or sym.is_declared_global():
+            if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
+                bound.add(name)
+        if sym.is_referenced() and (top or sym.is_global()):
+            read.add(name)
+    for child in table.get_children():
+        r, b = _globals(child)
+        read |= r
+        bound |= b
+    return read, bound
+
+
+def _first_use(tree: ast.Module) -> Any:
+    """A sort key: names in the order the cell first reads them."""
+    first: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            at = (node.lineno, node.col_offset)
+            first[node.id] = min(first.get(node.id, at), at)
+    return lambda name: first.get(name, (0, 0))
+
+
+def _import_line(name: str, module: types.ModuleType) -> str:
+    real = module.__name__
+    if real == name:
+        return f"import {real}"
+    if "." in real and real.rsplit(".", 1)[1] == name:
+        parent, leaf = real.rsplit(".", 1)
+        return f"from {parent} import {leaf}"
+    return f"import {real} as {name}"
 
 
 # --- payloads -------------------------------------------------------------------------------

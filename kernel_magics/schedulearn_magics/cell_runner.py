@@ -3,8 +3,9 @@
 `run_cell` (called through `schedulearn.run.call`, which ends the process the way every job
 ends) does, in the job's `main.py`:
 
-1. unpacks the `--files` into its working directory (once per job directory, under a file
-   lock, because every rank runs the same script);
+1. puts its working directory first on `sys.path`, as a notebook has its folder (the notebook's
+   folder, or the job directory with `--files`: see `magics`), and unpacks the `--files` there
+   (once per job directory, under a file lock, because every rank runs the same script);
 2. loads the `--vars` into the script's globals;
 3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept; an exception prints the cell's part of its traceback and
@@ -47,6 +48,7 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
              write_result: Callable[[bytes, str], None] | None = None) -> None:
     """Run `cell` in `namespace` (the script's globals) as described above."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
+    sys.path.insert(0, os.getcwd())  # as in the notebook: its folder's modules import
     if files_b64:
         unpack(base64.b64decode(files_b64), os.getcwd())
     if vars_b64:

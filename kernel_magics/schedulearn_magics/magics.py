@@ -197,6 +197,7 @@ class SchedulearnMagics(Magics):
             tree = bundle.check_syntax(cell)
             launcher = bundle.detect_launcher(tree) if args.launcher == "auto" else args.launcher
             names = [n.strip() for n in (args.vars or "").split(",") if n.strip()]
+            bundle.check_names(cell, self.shell.user_ns, names, getattr(self.shell, "user_ns_hidden", ()))
             variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
             files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
             script = bundle.build_script(cell, files, variables, self.max_bundle_bytes)
@@ -251,6 +252,11 @@ class SchedulearnMagics(Magics):
     def _submit(self, args: Any, cell: str) -> JobHandle:
         """The one way a cell becomes a job: checked, submitted, its handle kept as `last_job`."""
         spec = self.build_spec(args, cell)
+        # As in the notebook, the cell runs in the notebook's folder (its relative paths, its
+        # modules), where the server runs jobs on this machine; with --files, in its own job
+        # directory, where they are unpacked (not over the notebook's own files).
+        if not args.files and (here := self._call(self.client.default_workdir)):
+            spec["workdir"] = here
         if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
             print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
         handle = JobHandle(self.client, self._call(self.client.submit, spec))

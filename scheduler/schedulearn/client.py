@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import sys
 import time
 import urllib.error
@@ -182,6 +183,20 @@ class Client:
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "jobs", spec)
+
+    def default_workdir(self) -> str | None:
+        """Where a job runs when its spec does not say, as with `sbatch`: the current directory,
+        when the server is on this machine and runs its jobs here (local executor) or on nodes
+        sharing its file system (Slurm); else None, the job's own directory (a Docker
+        container's paths, a remote server's machine are not this directory)."""
+        host = urllib.parse.urlsplit(self.api).hostname or ""
+        if not (host in ("localhost", "::1", socket.gethostname()) or host.startswith("127.")):
+            return None
+        try:
+            here = os.getcwd()
+        except OSError:  # a directory removed under the shell
+            return None
+        return here if self.gpus().get("executor") in ("local", "slurm") else None
 
     def jobs(self, state: str | None = None, user: str | None = None, limit: int | None = None) -> list[dict]:
         return self.request("GET", "jobs", params={"state": state, "user": user, "limit": limit})["jobs"]

@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -174,26 +172,11 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
-def default_workdir(client: Client) -> str | None:
-    """Where a job runs when neither `--workdir` nor the spec says, as with `sbatch`: the current
-    directory, when the server is on this machine and runs its jobs here (local executor) or on
-    nodes sharing its file system (Slurm); else None, the job's own directory (a Docker
-    container's paths, a remote server's machine are not this directory)."""
-    host = urllib.parse.urlsplit(client.api).hostname or ""
-    if not (host in ("localhost", "::1", socket.gethostname()) or host.startswith("127.")):
-        return None
-    try:
-        here = os.getcwd()
-    except OSError:  # a directory removed under the shell
-        return None
-    return here if client.gpus().get("executor") in ("local", "slurm") else None
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
     try:
         spec = build_spec(args)
         client = _client(args)
-        if "workdir" not in spec and (here := default_workdir(client)):
+        if "workdir" not in spec and (here := client.default_workdir()):
             spec["workdir"] = here
         job = client.submit(spec)
         if args.json:

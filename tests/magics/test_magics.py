@@ -76,6 +76,31 @@ def test_files_are_shipped(shell: InteractiveShell, tmp_path: Path, monkeypatch:
     assert r.result == (0.01, ["cat", "dog"])
 
 
+def test_a_cell_runs_in_the_notebooks_folder(shell: InteractiveShell, client: Client, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in the notebook: relative paths are the notebook's folder's (read and written), its
+    modules import (`model.py` is the user's, not a module of Schedulearn's or the runner's);
+    with --files the cell runs in its own job directory, where they are unpacked."""
+    (tmp_path / "model.py").write_text("WIDTH = 7\n")
+    (tmp_path / "labels.csv").write_text("cat\ndog\n")
+    monkeypatch.chdir(tmp_path)
+    r = cell(shell, "--gpus 2 --launcher torchrun",  # the launcher whose runner is a file of the package
+             "import os, model\n"
+             "labels = open('labels.csv').read().split()\n"
+             "if os.environ['RANK'] == '0':\n"
+             "    open('out.txt', 'w').write('saved')\n"
+             "(model.WIDTH, labels, os.getcwd())")
+    assert r.success, r.error_in_exec
+    assert r.result == (7, ["cat", "dog"], str(tmp_path))
+    assert (tmp_path / "out.txt").read_text() == "saved"
+    assert max(client.jobs(), key=lambda j: j["id"])["spec"]["workdir"] == str(tmp_path)
+    r = cell(shell, "--files labels.csv", "import os\n(os.getcwd(), open('labels.csv').read())")
+    assert r.success, r.error_in_exec
+    assert r.result[0] != str(tmp_path) and r.result[1] == "cat\ndog\n"
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")  # (import model's)
+    assert left == ["labels.csv", "model.py", "out.txt"]  # --files left nothing here
+
+
 def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: Client) -> None:
     r = cell(shell, "--env GREETING=hello --env 'SPACED=a b' --gpus 2 --priority 5",
              "import os\n(os.environ['GREETING'], os.environ['SPACED'], os.environ['SCHEDULEARN_NUM_GPUS'])")
@@ -242,12 +267,16 @@ def test_the_text_view_prints_the_log_once_as_it_comes(shell: InteractiveShell, 
         ("--resize inplace", "1", "invalid choice: 'inplace'"),
         ("", "x = (1,\nprint(x)", "cell: syntax error"),
         ("", "   \n", "cell: empty"),
+        ("", "threading.Lock()", "cell: a job does not see the notebook's names: threading (add import "
+         "threading"),
+        ("--vars lock", "print(lock, weights)", "names: weights (add --vars weights, or define it in the "
+         "cell)"),
     ],
 )
 def test_bad_input_is_one_line_and_submits_nothing(
     shell: InteractiveShell, client: Client, line: str, body: str, message: str
 ) -> None:
-    shell.run_cell("import threading\nlock = threading.Lock()")
+    shell.run_cell("import threading\nlock = threading.Lock()\nweights = [1]")
     before = job_count(client)
     r = cell(shell, line, body)
     assert isinstance(r.error_in_exec, UsageError), r.error_in_exec

@@ -22,6 +22,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
+from schedulearn.deadlines import parse_duration
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
 from schedulearn.service import (
@@ -58,6 +59,17 @@ def _env_number(trait: str, kind: type, fallback: Any) -> Any:
 
 def schedulearn_dir() -> Path:
     return Path(jupyter_data_dir()) / "schedulearn"
+
+
+def _check_duration(value: str, name: str) -> str:
+    """`value` (stripped) when empty or a duration (`parse_duration`), else a TraitError naming `name`."""
+    value = value.strip()
+    try:
+        if value:
+            parse_duration(value, name)
+    except SpecError as e:
+        raise TraitError(str(e)) from None
+    return value
 
 
 class _SchedulearnApp(ExtensionApp):
@@ -122,6 +134,13 @@ class _SchedulearnApp(ExtensionApp):
         "Env: SCHEDULEARN_RESTART_COST.",
     )
 
+    keep_job_dirs = Unicode(
+        config=True,
+        help="Remove a job's directory (its log, result, checkpoints) this long after the job ended: "
+        "a duration such as 30d, 12h or 3600 (seconds); its record stays. Default: for ever. "
+        "Env: SCHEDULEARN_KEEP_JOB_DIRS.",
+    )
+
     @default("store_url")
     def _store_url(self) -> str:
         return env("store_url") or f"sqlite:///{schedulearn_dir() / 'jobs.db'}"
@@ -171,6 +190,14 @@ class _SchedulearnApp(ExtensionApp):
             raise TraitError(f"{ENV_PREFIX}RESTART_COST: expected seconds > 0 (a finite number), "
                              f"got {env('restart_cost')!r}") from None
 
+    @default("keep_job_dirs")
+    def _keep_job_dirs(self) -> str:  # (traitlets does not validate a default: checked here)
+        return _check_duration(env("keep_job_dirs") or "", f"{ENV_PREFIX}KEEP_JOB_DIRS")
+
+    @validate("keep_job_dirs")
+    def _check_keep_job_dirs(self, proposal: Any) -> str:
+        return _check_duration(proposal["value"], "keep_job_dirs")
+
     @default("inventory_interval")
     def _inventory_interval(self) -> float:
         return _env_number("inventory_interval", float, 30.0)
@@ -213,6 +240,7 @@ class _SchedulearnApp(ExtensionApp):
             tick=self.tick or 5.0,
             inventory_interval=self.inventory_interval,
             restart_cost=self.restart_cost,
+            keep_job_dirs=parse_duration(self.keep_job_dirs, "keep_job_dirs") if self.keep_job_dirs else None,
             # (an executor registered after this class was made has no trait: its variable counts)
             options={o.name: getattr(self, o.name) if self.has_trait(o.name) else o.from_env()
                      for o in kind.options},

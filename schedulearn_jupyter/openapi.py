@@ -64,6 +64,10 @@ JOB = {
                       "description": "what eta_s comes from: the job's progress and rate, or "
                                      "similar finished jobs"},
         "deadline": {"type": "number", "description": "finish by (seconds since the epoch), as submitted"},
+        "files_removed": {"type": "number",
+                          "description": "when the job's directory (log, result, checkpoints) was removed "
+                                         "(seconds since the epoch; keep_job_dirs): its logs and result "
+                                         "then answer 404"},
         "deadline_status": {"type": "string", "enum": list(STATUSES),
                             "description": "the scheduler's estimate: on_track, at_risk (it needs more "
                                            "GPUs than it has), will_miss (no size makes it), unknown; "

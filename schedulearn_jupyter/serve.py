@@ -88,6 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds a job's checkpoint-restart costs on this set-up: what the elastic "
                         "policies charge a resize until the job's own are measured, and what deadline "
                         "statuses count (default: $SCHEDULEARN_RESTART_COST or 30)")
+    p.add_argument("--keep-job-dirs", type=_duration("SCHEDULEARN_KEEP_JOB_DIRS"), metavar="DURATION",
+                   default=env("SCHEDULEARN_KEEP_JOB_DIRS"),
+                   help="remove a job's directory (its log, result, checkpoints) this long after the job "
+                        "ended, e.g. 30d; its record stays (default: $SCHEDULEARN_KEEP_JOB_DIRS, or "
+                        "for ever)")
     p.add_argument("--base-url", default="/", help="URL prefix of the API (default /)")
     p.add_argument("--log-level", type=_log_level, default=env("SCHEDULEARN_LOG_LEVEL", "info"),
                    help="debug (also every read that succeeded: clients poll), info (changes, refusals, "
@@ -117,6 +122,19 @@ def _number(kind: type, variable: str, allowed: str, least: float, most: float =
                 or (strict and value == least)):
             raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r} (the flag or ${variable})")
         return value
+    return convert
+
+
+def _duration(variable: str) -> Any:
+    """An argparse type for a duration flag (`30d`, `12h`, seconds) whose default is `variable`."""
+    def convert(text: str) -> float:
+        from schedulearn.deadlines import parse_duration
+
+        try:
+            return parse_duration(text, "")
+        except SpecError:
+            raise argparse.ArgumentTypeError(f"expected a duration > 0 such as 30d, 12h or 3600, got "
+                                             f"{text!r} (the flag or ${variable})") from None
     return convert
 
 
@@ -238,6 +256,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         job_root=args.job_root or str(data_dir / "jobs"),
         tick=args.tick,
         restart_cost=args.restart_cost,
+        keep_job_dirs=args.keep_job_dirs,
         user_map=user_map,
         admins=admins,
         private_jobs=args.tokens is not None,

@@ -190,6 +190,9 @@ def test_malformed_trace_names_file_line_and_field(tmp_path):
      "argument --port: expected a port 0-65535, got '99999' (the flag or $SCHEDULEARN_PORT)"),
     (("serve", "--tick", "nan"), "argument --tick: expected seconds > 0, got 'nan'"),
     (("serve", "--cancel-grace", "-1"), "argument --cancel-grace: expected seconds >= 0, got '-1'"),
+    (("serve", "--keep-job-dirs", "soon"), "argument --keep-job-dirs: expected a duration > 0 such as "
+                                           "30d, 12h or 3600, got 'soon' (the flag or "
+                                           "$SCHEDULEARN_KEEP_JOB_DIRS)"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, expected):

@@ -213,7 +213,9 @@ def test_traits_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SCHEDULEARN_REMOTE_URL", "http://gpu-box:8765/")
     monkeypatch.setenv("SCHEDULEARN_REMOTE_TOKEN", "t")
     monkeypatch.setenv("SCHEDULEARN_RESTART_COST", "2")
+    monkeypatch.setenv("SCHEDULEARN_KEEP_JOB_DIRS", "30d")
     app = SchedulearnApp()
+    assert app.keep_job_dirs == "30d" and app.scheduler_settings().keep_job_dirs == 30 * 86400
     assert app.restart_cost == 2.0 and app.scheduler_settings().restart_cost == 2.0
     assert app.virtual_gpus == 3 and app.executor == "sim" and app.cancel_grace == 2.5
     assert app.docker_hosts == ["tcp://a:2375", "tcp://b:2375"]
@@ -225,12 +227,13 @@ def test_traits_come_from_the_environment(monkeypatch, tmp_path):
 
 
 def test_defaults_without_environment(monkeypatch):
-    for name in ("VIRTUAL_GPUS", "EXECUTOR", "STORE_URL", "JOB_ROOT", "DEFAULT_POLICY"):
+    for name in ("VIRTUAL_GPUS", "EXECUTOR", "STORE_URL", "JOB_ROOT", "DEFAULT_POLICY", "KEEP_JOB_DIRS"):
         monkeypatch.delenv("SCHEDULEARN_" + name, raising=False)
     app = SchedulearnApp()
     assert app.virtual_gpus == 0 and app.executor == "local" and app.default_policy == "fifo"
     assert app.store_url.startswith("sqlite:///") and app.store_url.endswith("schedulearn/jobs.db")
     assert app.restart_cost == 30.0
+    assert app.keep_job_dirs == "" and app.scheduler_settings().keep_job_dirs is None  # for ever
 
 
 @pytest.mark.parametrize("name, value, error", [
@@ -241,6 +244,8 @@ def test_defaults_without_environment(monkeypatch):
     ("RESTART_COST", "soon", "SCHEDULEARN_RESTART_COST: expected a number, got 'soon'"),
     ("RESTART_COST", "-3", "SCHEDULEARN_RESTART_COST: expected seconds > 0 (a finite number), got '-3'"),
     ("RESTART_COST", "inf", "SCHEDULEARN_RESTART_COST: expected seconds > 0 (a finite number), got 'inf'"),
+    ("KEEP_JOB_DIRS", "a month", "SCHEDULEARN_KEEP_JOB_DIRS: expected a duration > 0 such as 90, 90s, 10m, "
+                                 "2h or 1h30m, got 'a month'"),
 ])
 def test_bad_environment_is_a_one_line_error(monkeypatch, name, value, error):
     monkeypatch.setenv("SCHEDULEARN_" + name, value)

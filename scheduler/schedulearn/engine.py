@@ -58,6 +58,9 @@ DEADLINE_WATCH_S = 30.0
 #: Why the engine stops a job that has run its `JobSpec.time_limit` (`Executor.stop`'s `why`),
 #: and the exit code it fails with (as `timeout(1)`'s)
 TIME_LIMIT, TIME_LIMIT_EXIT = "time-limit", 124
+#: `Job.extra`'s key for when an ended job's directory was removed (`SchedulerService`'s
+#: `keep_job_dirs`): its log, result and checkpoints are gone, its record stays
+FILES_REMOVED = "files_removed"
 
 
 class JobNotFound(KeyError):
@@ -234,6 +237,16 @@ class Engine:
             self.executor.stop(job, "cancel", now)
             self._changed(job, "cancelling", now, stored=True)
         return job
+
+    def files_removed(self, job_id: int, now: float | None = None) -> None:
+        """Record that the directory of an ended job was removed (its log, result and
+        checkpoints with it): the job's dict says since when (`files_removed`)."""
+        job = self.get(job_id)
+        if not job.state.final or FILES_REMOVED in job.extra:
+            return
+        now = self.clock() if now is None else now
+        job.extra = {**job.extra, FILES_REMOVED: now}
+        self._changed(job, "files-removed", now)
 
     def set_policy(self, name: str) -> Policy:
         """Switch the policy; it takes effect at the next round. Running jobs are untouched."""
@@ -413,6 +426,8 @@ class Engine:
             d["reason"] = self.waiting_reason(job)
         if job.spec.deadline is not None:
             d["deadline"] = job.spec.deadline
+        if FILES_REMOVED in job.extra:
+            d[FILES_REMOVED] = job.extra[FILES_REMOVED]
         known = estimates.REPORTS_KEY in job.extra or (job.alloc and self.history.count)
         if known or job.spec.deadline is not None:
             d.update(self._verdict(job, estimates.summary(

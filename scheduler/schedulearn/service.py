@@ -26,11 +26,12 @@ import shlex
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import deadlines, policies
 from .accounts import NoAccount, UserMap, check_can_switch
-from .engine import Engine, JobFinished, JobNotFound, RealClock, StoreWriteFailed
+from .engine import FILES_REMOVED, Engine, JobFinished, JobNotFound, RealClock, StoreWriteFailed
 from .events import EventHub, EventStream, Subscription
 from .executors import registry
 from .executors.base import Executor
@@ -123,6 +124,9 @@ class Settings:
     admins: list[str] | None = None
     #: the executor's own settings by name (`registry.Option`s of its kind), e.g. `docker_hosts`
     options: dict[str, Any] = field(default_factory=dict)
+    #: seconds a job's directory (log, result, checkpoints) is kept after the job ended; None:
+    #: for ever. The job's record stays (`ls`, the history run-time predictions learn from).
+    keep_job_dirs: float | None = None
 
     def validate(self) -> None:
         kind = registry.get(self.executor)  # SpecError naming the executors when unknown
@@ -138,6 +142,9 @@ class Settings:
         if not math.isfinite(self.tick) or self.tick <= 0:
             raise SpecError(f"tick: expected seconds > 0, got {self.tick}")
         check_restart_cost(self.restart_cost)
+        if self.keep_job_dirs is not None and not (0 < self.keep_job_dirs < math.inf):
+            raise SpecError(f"keep_job_dirs: expected seconds > 0 (or none: for ever), "
+                            f"got {self.keep_job_dirs}")
         policies.create(self.default_policy)  # SpecError naming the policies when unknown
         if self.switches_users:
             check_can_switch()
@@ -252,6 +259,7 @@ class SchedulerService:
         self.engine.listeners.append(self._on_engine_event)
         self._tasks: list[asyncio.Task] = []
         self._json_cache: dict[tuple[int, bool], tuple[tuple, str]] = {}  # (job id, private) -> (key, JSON)
+        self._kept: set[int] = set()  # ended jobs whose directory is not to be removed (none; it failed)
         self.started = False
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -267,6 +275,8 @@ class SchedulerService:
         self._tasks.append(loop.create_task(self._run_engine(), name="schedulearn-engine"))
         if self.settings.inventory_interval > 0:
             self._tasks.append(loop.create_task(self._refresh_inventory(), name="schedulearn-inventory"))
+        if self.settings.keep_job_dirs is not None and not registry.get(self.settings.executor).simulated:
+            self._tasks.append(loop.create_task(self._expire_job_dirs(), name="schedulearn-job-dirs"))
 
     async def _run_engine(self) -> None:
         while not self.engine.closed:
@@ -286,6 +296,54 @@ class SchedulerService:
                 self.refresh_inventory(nodes)
             except Exception:
                 log.exception("schedulearn: inventory refresh failed")
+
+    async def _expire_job_dirs(self) -> None:
+        keep = self.settings.keep_job_dirs
+        assert keep is not None
+        while True:
+            try:
+                await self.expire_job_dirs()
+            except Exception:
+                log.exception("schedulearn: removing old job directories failed")
+            await asyncio.sleep(min(3600.0, keep / 4))
+
+    async def expire_job_dirs(self) -> list[int]:
+        """Remove the directories of the jobs that ended `keep_job_dirs` ago or more (each
+        recorded as `files_removed`, an event); the ids removed."""
+        keep, now = self.settings.keep_job_dirs, self.engine.clock()
+        if keep is None:
+            return []
+        due = [j.id for j in self.engine.jobs.values() if j.state.final and j.end_time is not None
+               and now - j.end_time >= keep and FILES_REMOVED not in j.extra and j.id not in self._kept]
+        if not due:
+            return []
+        removed = await asyncio.to_thread(self._remove_job_dirs, due)
+        for job_id in removed:
+            self.engine.files_removed(job_id, now)
+        if removed:
+            log.info("removed the directories of %d job(s) ended over %s ago: %s", len(removed),
+                     deadlines.fmt_minutes(keep), ", ".join(map(str, removed)))
+        return removed
+
+    def _remove_job_dirs(self, ids: list[int]) -> list[int]:
+        """(In a thread.) Remove each job's directory; the ids that had one and lost it. Links the
+        job left inside are removed, never followed (`shutil.rmtree`)."""
+        import shutil
+
+        removed = []
+        for job_id in ids:
+            d = self.executor.job_dir(job_id)
+            if d is None or not d.exists() or d.is_symlink():  # none (never started), or not ours
+                self._kept.add(job_id)
+                continue
+            try:
+                shutil.rmtree(d)
+            except OSError as e:
+                self._kept.add(job_id)  # said once; the next server start tries again
+                log.warning("job %s: cannot remove its directory %s (%s); it is kept", job_id, d, e)
+                continue
+            removed.append(job_id)
+        return removed
 
     def refresh_inventory(self, nodes: list[Node] | None = None) -> None:
         """Apply a fresh inventory: a changed GPU set (or GPUs newly held, or freed, outside the
@@ -475,7 +533,7 @@ class SchedulerService:
             queued = j.state is JobState.queued and j.stopping is None
             reason = self.engine.waiting_reason(j) if queued else j.reason  # a wait's changes
             key = (j.state, j.restarts, j.start_time, j.end_time, j.exit_code, reason, j.attained_base,
-                   j.run_base, len(j.alloc))
+                   j.run_base, len(j.alloc), FILES_REMOVED in j.extra)
             hit = cache.get((j.id, hidden))
             if hit is None or hit[0] != key:
                 d = self.engine.job_dict(j, now)
@@ -536,8 +594,22 @@ class SchedulerService:
             raise NotFound(f"script: job {job.id} runs a command, not a script: {what}")
         return script
 
+    def _files(self, job: Job, what: str) -> None:
+        """NotFound, saying why, when the job's directory (where `what` was) is gone: removed
+        `keep_job_dirs` after the job ended, or by someone else."""
+        if (when := job.extra.get(FILES_REMOVED)) is not None:
+            kept = self.settings.keep_job_dirs
+            after = f" (keep_job_dirs: {deadlines.fmt_minutes(kept)} after a job ended)" if kept else ""
+            raise NotFound(f"{what}: job {job.id}'s directory was removed on {_utc(when)}"
+                           f"{after}; its log, result and checkpoints with it")
+        d = self.executor.job_dir(job.id)
+        if job.start_time is not None and d is not None and not d.exists():
+            raise NotFound(f"{what}: job {job.id}'s directory {d} is gone (removed outside the scheduler); "
+                           "its log, result and checkpoints with it")
+
     async def logs(self, job_id: Any, tail: Any = None) -> str:
         job = self._job(job_id)
+        self._files(job, "logs")
         return self.executor.logs(job.id, _as_count("tail", tail))
 
     async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]:
@@ -545,12 +617,14 @@ class SchedulerService:
         the log's size: how a reader that keeps its place (the magics' text view) and the whole
         log's answer read it, a page at a time."""
         job = self._job(job_id)
+        self._files(job, "logs")
         return self.executor.log_page(job.id, _as_count("offset", offset) or 0)
 
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]:
         """The log (its last `tail` lines, or all of it), then its lines as they come, until
         the job is over."""
         job = self._job(job_id)
+        self._files(job, "logs")
         return self.executor.afollow(job.id, lambda: job.state.final, tail=_as_count("tail", tail))
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
@@ -561,6 +635,7 @@ class SchedulerService:
         from .results import ForgedResult, NoResult, ResultError
 
         job = self._job(job_id)
+        self._files(job, "result")
         try:
             signed = await asyncio.to_thread(self.executor.open_result, job.id)
             return _blocks(signed)
@@ -699,6 +774,10 @@ def _shape(nodes: list[Node]) -> list[tuple[Any, ...]]:
     """What the free pool depends on: nodes, their health, their GPUs and which are held outside."""
     return [(n.name, n.healthy, n.virtual, tuple((g.uuid or g.index, g.held_by) for g in n.gpus))
             for n in nodes]
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _as_id(value: Any) -> int:

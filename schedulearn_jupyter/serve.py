@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from schedulearn.deadlines import parse_duration
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
 from schedulearn.service import RESTART_COST, SchedulerService, Settings, check_restart_cost, default_user
@@ -128,8 +129,6 @@ def _number(kind: type, variable: str, allowed: str, least: float, most: float =
 def _duration(variable: str) -> Any:
     """An argparse type for a duration flag (`30d`, `12h`, seconds) whose default is `variable`."""
     def convert(text: str) -> float:
-        from schedulearn.deadlines import parse_duration
-
         try:
             return parse_duration(text, "")
         except SpecError:

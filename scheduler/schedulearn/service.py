@@ -259,7 +259,7 @@ class SchedulerService:
         self.engine.listeners.append(self._on_engine_event)
         self._tasks: list[asyncio.Task] = []
         self._json_cache: dict[tuple[int, bool], tuple[tuple, str]] = {}  # (job id, private) -> (key, JSON)
-        self._kept: set[int] = set()  # ended jobs whose directory is not to be removed (none; it failed)
+        self._kept: set[int] = set()  # ended jobs whose directory the sweep leaves: none, or not removable
         self.started = False
 
     # -- life cycle ---------------------------------------------------------------------------

@@ -84,6 +84,10 @@ def _under(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+#: What IPython adds to a kernel's builtins, which a job (plain Python) does not have.
+IPYTHON_BUILTINS = ("display", "get_ipython")
+
+
 def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str] = (),
                 hidden: Iterable[str] = ()) -> None:
     """Refuse a cell that reads a name only the notebook defines: a job starts from a fresh
@@ -93,7 +97,8 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
     nowhere (assignment, import, def, class, `global` in a function), and the notebook has it
     (`namespace`: not a builtin, not one of IPython's own names in `hidden`, not private `_x`).
     A cell with `from m import *` or `exec` may bind anything: it is not checked. The error
-    names the fix: `--vars` for a value, an import line for a module."""
+    names the fix: `--vars` for a value, an import line for a module. IPython's own builtins
+    (`display`, `get_ipython`) are refused too: a job runs plain Python."""
     tree = check_syntax(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
@@ -101,9 +106,11 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
         if isinstance(node, ast.Name) and node.id == "exec":
             return
     read, bound = _globals(symtable.symtable(source, CELL_FILENAME, "exec"), top=True)
-    skip = bound | set(passed) | set(hidden) | set(dir(builtins))
-    names = [n for n in sorted(read - skip, key=_first_use(tree)) if n in namespace and not n.startswith("_")]
-    if not names:
+    order = sorted(read - bound - set(passed), key=_first_use(tree))
+    ipython = [n for n in order if n in IPYTHON_BUILTINS]
+    skip = set(hidden) | set(dir(builtins))
+    names = [n for n in order if n not in skip and n in namespace and not n.startswith("_")]
+    if not names and not ipython:
         return
     modules = [n for n in names if isinstance(namespace[n], types.ModuleType)]
     values = [n for n in names if n not in modules]
@@ -114,6 +121,9 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
     if modules:
         lines = "; ".join(_import_line(n, namespace[n]) for n in modules)
         fixes.append(f"{', '.join(modules)} (add {lines} to the cell)")
+    if ipython:
+        instead = "; print instead, or make it the cell's last expression" if "display" in ipython else ""
+        fixes.append(f"{', '.join(ipython)} (IPython's: a job runs plain Python{instead})")
     raise BundleError(f"cell: a job does not see the notebook's names: {'; '.join(fixes)}")
 
 

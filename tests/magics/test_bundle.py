@@ -273,6 +273,8 @@ NOTEBOOK = {"lr": 0.1, "data": [1, 2], "helper": len, "os": os, "_hidden": 1,
         ("print(nope)", []),  # not the notebook's either: the job's NameError says it
         ("from os.path import *\nprint(lr)", []),  # may bind anything: not checked
         ("exec('lr = 1')\nprint(lr)", []),
+        ("display(lr)", ["lr", "display"]),  # IPython's builtin: the job has none
+        ("from IPython.display import display\ndisplay(1)", []),
     ],
 )
 def test_a_cell_reading_the_notebooks_names_is_refused(cell: str, refused: list[str], tmp_path: Path) -> None:
@@ -283,10 +285,10 @@ def test_a_cell_reading_the_notebooks_names_is_refused(cell: str, refused: list[
         bundle.check_names(cell, NOTEBOOK, hidden={"In"})
     msg = str(e.value)
     assert msg.startswith("cell: a job does not see the notebook's names: ") and "\n" not in msg
-    assert msg.split(": ", 2)[2].split(" (")[0] == ", ".join(refused)
+    assert ", ".join(part.split(" (")[0] for part in msg.split(": ", 2)[2].split("); ")) == ", ".join(refused)
     # what it refuses a job would have failed on, in the order the cell reads them
     proc = run_script(bundle.build_script(cell), tmp_path / "j")
-    assert f"NameError: name '{refused[0]}' is not defined" in proc.stderr
+    assert any(f"NameError: name '{name}' is not defined" in proc.stderr for name in refused), proc.stderr
 
 
 def test_the_refusal_names_the_fix() -> None:
@@ -302,3 +304,10 @@ def test_the_refusal_names_the_fix() -> None:
     with pytest.raises(BundleError, match=r"\(add --vars lr, or define it in the cell\)$"):
         bundle.check_names("print(lr)", ns)
     bundle.check_names("print(lr, data, np, decoder, T)", ns, passed=["lr", "data", "np", "decoder", "T"])
+    with pytest.raises(BundleError) as e:
+        bundle.check_names("get_ipython()", ns)
+    assert str(e.value) == ("cell: a job does not see the notebook's names: get_ipython (IPython's: a job "
+                            "runs plain Python)")
+    with pytest.raises(BundleError, match=r"display \(IPython's: a job runs plain Python; print instead, or "
+                                          r"make it the cell's last expression\)$"):
+        bundle.check_names("display(1)", ns)

@@ -271,6 +271,7 @@ def test_the_text_view_prints_the_log_once_as_it_comes(shell: InteractiveShell, 
          "threading"),
         ("--vars lock", "print(lock, weights)", "names: weights (add --vars weights, or define it in the "
          "cell)"),
+        ("", "display(weights)", "(IPython's: a job runs plain Python; print instead"),
     ],
 )
 def test_bad_input_is_one_line_and_submits_nothing(

@@ -536,6 +536,17 @@ def test_the_servers_docker_settings_reach_every_container(dockerd, tmp_path):
             text = ex.logs(job.id)
             assert f"mounted data {dockerd.python}\n" in text and "read-only: 30\n" in text, text
             assert not (data / "new.txt").exists()
+            # a command's `python` is docker_python, first on the image's PATH (the test image has
+            # no python of its own on it); a PATH the job sets wins
+            cmd = eng.submit({"name": "cmd", "command": ["python", "-c", "import os, sys; print('cmd', "
+                                                         "sys.prefix, os.environ['PATH'], flush=True)"]})
+            own = eng.submit({"name": "own", "command": ["sh", "-c", "echo own $PATH"],
+                              "env": {"PATH": "/usr/bin:/bin"}})
+            await wait_for(lambda: cmd.state.final and own.state.final, 60, "the jobs to end")
+            assert cmd.state is JobState.succeeded, (cmd.reason, ex.logs(cmd.id))
+            venv = str(Path(dockerd.python).parent)
+            assert f"cmd {Path(venv).parent} {venv}:/usr/local/sbin:" in ex.logs(cmd.id), ex.logs(cmd.id)
+            assert "own /usr/bin:/bin\n" in ex.logs(own.id)
 
     asyncio.run(main())
 

@@ -668,6 +668,7 @@ class DockerExecutor(RunExecutor):
                 labels={LABEL_JOB: str(job_id), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts),
                         LABEL_JOBDIR: d})
             try:
+                kwargs["environment"] = self._python_first(api, image, env)
                 return api.create_container(image, **kwargs)["Id"]
             except ImageNotFound:
                 if self.pull != "missing":
@@ -679,6 +680,7 @@ class DockerExecutor(RunExecutor):
                 except Exception as e:  # noqa: BLE001
                     raise ExecutorError(f"image: {image!r} not found on docker host {host} and the pull "
                                         f"failed: {short_error(e)}") from None
+                kwargs["environment"] = self._python_first(api, image, env)
                 return api.create_container(image, **kwargs)["Id"]
         except ExecutorError:
             raise
@@ -686,6 +688,18 @@ class DockerExecutor(RunExecutor):
             raise self._start_error(job_id, host, image, e) from None
         except Exception as e:  # noqa: BLE001 - connection refused, no socket, timeout: host down
             raise self._host_down(host, e) from None
+
+    def _python_first(self, api: Any, image: str, env: dict[str, str]) -> dict[str, str]:
+        """`env` with the folder of `docker_python`, when it is a path, first on the image's `PATH`
+        (as the local executor puts its interpreter's): `python train.py`, `torchrun`,
+        `pip` in a job's command are that environment's. Unchanged when the job or the operator
+        set `PATH` (theirs wins), or `docker_python` is a bare name (the image's `PATH` finds it)."""
+        if not os.path.isabs(self.python) or "PATH" in env:
+            return env
+        config = api.inspect_image(image).get("Config") or {}
+        path = next((e.split("=", 1)[1] for e in config.get("Env") or [] if e.startswith("PATH=")),
+                    IMAGE_PATH)
+        return {**env, "PATH": os.pathsep.join([os.path.dirname(self.python), path])}
 
     def _start_error(self, job_id: int, host: str, image: str, e: BaseException) -> ExecutorError:
         from docker.errors import APIError
@@ -985,6 +999,8 @@ def check_volume(bind: str) -> str:
 DOCKER_HOSTS = Option(
     "docker_hosts", [], "Docker daemons to run jobs on: URLs (unix://, tcp://host:port, ssh://user@host) "
     "or name=URL[?gpus=N] (default: this machine's daemon)", flag="--docker-host")
+#: A container's `PATH` when its image sets none (Docker's default)
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_IMAGE = Option("default_image", "", "Docker image for jobs that name none")
 VOLUMES = Option("docker_volumes", [], "binds every job's containers get, SRC:DST[:ro] (datasets, a "
                  "read-only code tree; SRC on every Docker host)", flag="--docker-volume")

@@ -134,7 +134,9 @@ class SchedulearnMagics(Magics):
     @argument("--image", default=None, help="Docker image (Docker executor)")
     @argument("--name", default=None, help="job name (default: the notebook and cell number)")
     @argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
-    @argument("--files", action="append", metavar="PATH", help="file or folder to ship (repeatable)")
+    @argument("--files", action="append", metavar="PATH",
+              help="file or folder to ship (repeatable); the cell then runs in its own job directory, where "
+                   "they are unpacked, instead of the notebook's folder")
     @argument("--vars", default=None, metavar="a,b", help="notebook variables cloudpickled into the job")
     @argument("--no-wait", action="store_true", help="return a job handle at once instead of waiting")
     @argument("-o", "--out", default=None, metavar="VAR", help="also store the result (or the handle) in VAR")

@@ -67,6 +67,9 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
     if (job.private) {
       logs.disabled = true;
       logs.title = `Job #${job.id} is ${job.user}'s: only they may read its log`;
+    } else if (job.files_removed) {
+      logs.disabled = true;
+      logs.title = `Job #${job.id}'s log was removed with its directory, a while after it ended`;
     }
     const gpus = shownGpus(job);
     const where = formatAlloc(job.gpus > 0 ? job.alloc : job.last_alloc ?? {});

@@ -65,6 +65,8 @@ export interface IJob {
   spec?: { gpus?: number | 'auto'; time_limit?: number | null; [key: string]: unknown };
   /** Another user's job on a shared scheduler: its environment, script, log and result are theirs. */
   private?: boolean;
+  /** When the job's directory (log, result, checkpoints) was removed (the server's keep_job_dirs). */
+  files_removed?: number;
 }
 
 export interface IPolicyInfo {

@@ -89,7 +89,7 @@ IPYTHON_BUILTINS = ("display", "get_ipython")
 
 
 def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str] = (),
-                hidden: Iterable[str] = ()) -> None:
+                hidden: Iterable[str] = (), tree: ast.Module | None = None) -> None:
     """Refuse a cell that reads a name only the notebook defines: a job starts from a fresh
     interpreter and gets the notebook's variables only through `--vars` (`passed`), so it would
     fail with a NameError once its turn came, perhaps hours later. A name counts when the cell
@@ -98,8 +98,9 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
     (`namespace`: not a builtin, not one of IPython's own names in `hidden`, not private `_x`).
     A cell with `from m import *` or `exec` may bind anything: it is not checked. The error
     names the fix: `--vars` for a value, an import line for a module. IPython's own builtins
-    (`display`, `get_ipython`) are refused too: a job runs plain Python."""
-    tree = check_syntax(source)
+    (`display`, `get_ipython`) are refused too: a job runs plain Python. `tree`: the cell's,
+    when the caller parsed it already (`check_syntax`)."""
+    tree = tree or check_syntax(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             return

@@ -199,7 +199,8 @@ class SchedulearnMagics(Magics):
             tree = bundle.check_syntax(cell)
             launcher = bundle.detect_launcher(tree) if args.launcher == "auto" else args.launcher
             names = [n.strip() for n in (args.vars or "").split(",") if n.strip()]
-            bundle.check_names(cell, self.shell.user_ns, names, getattr(self.shell, "user_ns_hidden", ()))
+            hidden = getattr(self.shell, "user_ns_hidden", ())
+            bundle.check_names(cell, self.shell.user_ns, names, hidden, tree)
             variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
             files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
             script = bundle.build_script(cell, files, variables, self.max_bundle_bytes)

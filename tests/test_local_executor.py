@@ -622,12 +622,12 @@ def test_a_stop_in_a_runs_first_milliseconds_is_never_lost(tmp_path):
     forked shell between fork and exec, the command ran on, and the cancel waited out the whole
     grace period for SIGKILL (`schedulearn cancel 4 5`: stopping 4 started 5 just before its
     cancel). The sweep covers the gate, the wrapper's start, the spawn and the command's start."""
-    from schedulearn.executors.local import _GATE
+    from schedulearn.executors.local import _gate
 
     lost, codes = [], set()
     for i in range(240):
         delay = (i % 80) * 0.0004  # 0 to 32 ms after the launch, three times
-        p = subprocess.Popen([*_GATE, *wrap_exit_code(["sleep", "60"], tmp_path / "rc")],
+        p = subprocess.Popen([*_gate(tmp_path), *wrap_exit_code(["sleep", "60"], tmp_path / "rc")],
                              stdin=subprocess.PIPE, start_new_session=True)
         p.stdin.write(b"go\n")
         p.stdin.close()

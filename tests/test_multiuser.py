@@ -238,6 +238,66 @@ def test_links_in_a_job_directory_are_not_followed_by_the_server(shared: Serve, 
     assert oct(tokens.stat().st_mode & 0o777) == "0o600"
 
 
+def _private_folder_with_an_open_one(owner: Account, top: Path) -> tuple[Path, Path]:
+    """`top/private` (0700, `owner`'s) holding `open/` (0755) with a world-readable file: what a
+    job directory and its checkpoints folder are."""
+    private, opened = top / "private", top / "private" / "open"
+    opened.mkdir(parents=True)
+    (opened / "model.pt").write_text("alice-weights")
+    for path, mode in ((private, 0o700), (opened, 0o755), (opened / "model.pt", 0o644)):
+        os.chown(path, owner.uid, owner.gid)
+        path.chmod(mode)
+    return private, opened
+
+
+def test_a_workdir_the_jobs_account_cannot_enter_is_refused_and_never_entered(
+        shared: Serve, accounts: dict[str, Account], python: str):
+    """A job's working directory is entered by its own account, never by the root server before
+    the switch. It was: bob's `--workdir` set to the open checkpoints folder inside alice's 0700
+    job directory ran his job there, and it read her model (relative paths need no right on the
+    folders above the current one)."""
+    alice, bob = Client(shared.url, "alice-token"), Client(shared.url, "bob-token")
+    private, opened = _private_folder_with_an_open_one(accounts["alice"], shared.home)
+    read = [python, "-c", "print(open('model.pt').read())"]
+    with pytest.raises(ClientError) as e:
+        bob.submit({"name": "steal", "command": read, "workdir": str(opened)})
+    assert e.value.status == 400
+    assert str(e.value) == (f"workdir: {str(opened)!r}: bob's jobs run as the OS account "
+                            f"{accounts['bob'].name}, which cannot enter it (the permissions of it or of "
+                            "a folder above) (HTTP 400)")
+    assert bob.jobs(user="bob") == []  # nothing stored
+    mine = alice.submit({"name": "mine", "command": read, "workdir": str(opened)})  # her own: fine
+    wait_for(lambda: alice.job(mine["id"])["state"] in ("succeeded", "failed"), what="alice's job")
+    assert "alice-weights" in alice.logs(mine["id"]) and alice.job(mine["id"])["state"] == "succeeded"
+
+    # closed between submission and start (both GPUs held): refused again at the start
+    shared_dir = shared.home / "lab"
+    shared_dir.mkdir(mode=0o755)
+    shutil.copy(opened / "model.pt", shared_dir / "model.pt")
+    hold = alice.submit({"name": "hold", "gpus": 2, "command": [python, "-c", "import time; time.sleep(60)"]})
+    wait_for(lambda: alice.job(hold["id"])["state"] == "running", what="the GPUs to be held")
+    late = bob.submit({"name": "late", "command": read, "workdir": str(shared_dir)})
+    shared_dir.chmod(0o700)  # root's now
+    alice.cancel(hold["id"])
+    wait_for(lambda: bob.job(late["id"])["state"] in ("succeeded", "failed"), what="bob's job")
+    job = bob.job(late["id"])
+    assert job["state"] == "failed" and "cannot enter it" in job["reason"], job
+    assert "alice-weights" not in bob.logs(late["id"])
+
+
+def test_the_gate_enters_the_workdir_as_the_account(accounts: dict[str, Account], home: Path):
+    """The run's first process (`local._gate`) changes into the folder after the switch, as the
+    account: where it may not, the run stops there, saying so, and runs nothing."""
+    from schedulearn.executors.local import _gate
+
+    private, opened = _private_folder_with_an_open_one(accounts["alice"], home)
+    refused = f"schedulearn: workdir: cannot enter {opened} as {accounts['bob'].name}"
+    for who, code, out in (("alice", 0, "alice-weights"), ("bob", 1, refused)):
+        p = subprocess.run([*_gate(opened), "cat", "model.pt"], input=b"go\n", capture_output=True, cwd="/",
+                           **accounts[who].popen_kwargs())
+        assert (p.returncode, (p.stdout + p.stderr).decode().strip()) == (code, out), who
+
+
 def test_a_user_without_an_account_is_refused_at_submit(shared: Serve):
     carol = Client(shared.url, "carol-token")
     with pytest.raises(ClientError) as e:

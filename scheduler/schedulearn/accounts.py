@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -51,6 +52,20 @@ class Account:
 
     def env(self) -> dict[str, str]:
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+    def can_enter(self, path: str | os.PathLike[str]) -> bool:
+        """Whether this account may make `path` its working directory: asked of a process running
+        as the account (`cd`), so the permissions and ACLs of `path` and of every directory above
+        it count, as they do for its jobs. Root's say-so proves nothing: a process that changed
+        into a directory as root, then became the account, reads what lies there even when a
+        folder above is private to someone else."""
+        try:
+            p = subprocess.run(["/bin/sh", "-c", 'cd -- "$1"', "schedulearn-cd", os.fspath(path)],
+                               cwd="/", env={"PATH": os.defpath}, capture_output=True, timeout=30,
+                               **self.popen_kwargs())
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return p.returncode == 0
 
     @property
     def docker_user(self) -> str:

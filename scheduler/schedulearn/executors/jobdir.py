@@ -24,12 +24,18 @@ if TYPE_CHECKING:
     from ..results import SignedResult
 
 
-def check_host_workdir(spec: JobSpec) -> None:
+def check_host_workdir(spec: JobSpec, account: Any = None) -> None:
     """For an executor that runs jobs in a directory of the scheduler's machine (local; Slurm, on
-    a shared file system): a `workdir` that is not a directory there is refused at submission,
-    rather than failing the job when its turn comes (checked again at each start)."""
-    if spec.workdir is not None and not Path(spec.workdir).is_dir():
+    a shared file system): a `workdir` that is not a directory there, or that the job's OS
+    account (`account`, the shared set-up) cannot enter, is refused at submission, rather than
+    failing the job when its turn comes (checked again at each start: `JobDirExecutor.workdir`)."""
+    if spec.workdir is None:
+        return
+    if not Path(spec.workdir).is_dir():
         raise SpecError(f"workdir: {spec.workdir!r} is not a directory on the scheduler's machine")
+    if account is not None and not account.can_enter(spec.workdir):
+        raise SpecError(f"workdir: {spec.workdir!r}: {spec.user}'s jobs run as the OS account "
+                        f"{account.name}, which cannot enter it (the permissions of it or of a folder above)")
 
 
 class JobDirExecutor(Executor):
@@ -45,6 +51,18 @@ class JobDirExecutor(Executor):
             return self.run_as(spec.user or "")
         except SpecError as e:  # never fall back to the server's account
             raise ExecutorError(str(e)) from None
+
+    def host_workdir(self, job_id: int, spec: JobSpec, account: Any) -> Path:
+        """Where a run starts, for an executor that runs jobs in this machine's directories: the
+        job's `workdir`, or its job directory. Checked at each start as at submission
+        (`check_host_workdir`: a folder may be gone, or closed to the job's account, since)."""
+        if spec.workdir is None:
+            return self.job_dir(job_id)
+        try:
+            check_host_workdir(spec, account)
+        except SpecError as e:
+            raise ExecutorError(str(e)) from None
+        return Path(spec.workdir)
 
     def job_dir(self, job_id: int) -> Path:
         return self.job_root / str(job_id)

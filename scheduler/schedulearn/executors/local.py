@@ -63,7 +63,19 @@ if TYPE_CHECKING:
 
 #: the gate's exit status when its pipe closed before the go-ahead (the run never started)
 GATE_CLOSED = 75
-_GATE = ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; exec "$@" </dev/null', "schedulearn-gate"]
+
+
+def _gate(cwd: Path | str) -> list[str]:
+    """The run's first process: waits for the go-ahead, changes into `cwd`, then execs the rest of
+    its argv. The change is made here, by the job's own account (the shared set-up), never by
+    the root server before the switch: a process that entered a folder as root keeps reading what
+    lies there even when a folder above is private to another user (bob's `--workdir` set to
+    alice's checkpoints, inside her 0700 job directory, read her model)."""
+    enter = ('cd -- "$1" 2>/dev/null || '
+             '{ echo "schedulearn: workdir: cannot enter $1 as $(id -un)" >&2; exit 1; }')
+    return ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; {enter}; shift; exec "$@" </dev/null',
+            "schedulearn-gate", str(cwd)]
+
 
 log = logging.getLogger("schedulearn.executors.local")
 
@@ -105,7 +117,7 @@ class LocalExecutor(RunExecutor):
         self._init_runs()
 
     def check_spec(self, spec: JobSpec) -> None:
-        check_host_workdir(spec)
+        check_host_workdir(spec, self.account_for(spec))
 
     # -- after a restart ---------------------------------------------------------------------------
     def _reattach(self, job: Job) -> _Run | None:
@@ -280,9 +292,7 @@ class LocalExecutor(RunExecutor):
         env = self._env(spec, worker.env)
         if account is not None:
             env.update(account.env())  # HOME, USER, LOGNAME: the account's
-        cwd = Path(spec.workdir) if spec.workdir else d
-        if not cwd.is_dir():
-            raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
+        cwd = self.host_workdir(job_id, spec, account)
         check_command(user_command(spec, self.python, d), env["PATH"], cwd)
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
@@ -292,10 +302,10 @@ class LocalExecutor(RunExecutor):
             cuda = worker.env["CUDA_VISIBLE_DEVICES"]
             logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
             logf.flush()
-            argv = [*_GATE, *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
+            argv = [*_gate(cwd), *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
             try:
                 popen = subprocess.Popen(
-                    argv, cwd=cwd, env=env,
+                    argv, cwd="/", env=env,
                     stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
                     close_fds=True, **(account.popen_kwargs() if account is not None else {}))
             except OSError as e:

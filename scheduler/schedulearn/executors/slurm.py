@@ -156,7 +156,8 @@ class SlurmExecutor(RunExecutor):
         self._init_runs()
 
     def check_spec(self, spec: JobSpec) -> None:
-        check_host_workdir(spec)  # (the nodes see this machine's paths: a shared file system)
+        # (the nodes see this machine's paths: a shared file system)
+        check_host_workdir(spec, self.account_for(spec))
 
     @property
     def partition(self) -> str:
@@ -206,9 +207,7 @@ class SlurmExecutor(RunExecutor):
         workers = build_workers(spec, job_id, alloc, d, restarts, nodes, python=self.python,
                                 addresses=addresses, rdzv_port=random.randrange(*RDZV_PORTS),
                                 network_interface=None, result_key=self.result_key(job_id))
-        cwd = Path(spec.workdir) if spec.workdir else d
-        if not cwd.is_dir():
-            raise ExecutorError(f"workdir: {str(cwd)!r} is not a directory")
+        cwd = self.host_workdir(job_id, spec, account)
         run_dir = d / RUN_DIR.format(restarts=restarts)
         try:
             self._write_scripts(run_dir, job_id, spec, alloc, workers, account)

@@ -124,7 +124,8 @@ JOB_ID = {"name": "job_id", "in": "path", "required": True,
           "schema": {"type": "integer", "minimum": 1}, "description": "The job's id"}
 
 E400 = _error("Invalid input: `{\"error\": \"<field>: <what is allowed>\"}`")
-E403 = _error("No or a wrong token; or (DELETE) the job is another user's; or (POST, shared set-up) "
+E403 = _error("No or a wrong token; or (DELETE) the job is another user's and the caller no admin; or "
+              "(POST, shared set-up) "
               "the caller has no OS account to run jobs as; or (logs, result, shared set-up) the "
               "job is another user's")
 E404 = _error("No such job (or no result yet)")
@@ -207,8 +208,12 @@ def _document() -> dict[str, Any]:
             "get": {"operationId": "getJob", "summary": "One job",
                     "responses": {"200": _json(_ref("Job"), "The job"), "403": E403, "404": E404}},
             "delete": {"operationId": "cancelJob", "summary": "Cancel a job",
+                       "description": "A job's user may cancel it, and so may the scheduler's named admins "
+                                      "(`--admins`): the job's reason then says `cancelled by <admin> (an "
+                                      "admin)`.",
                        "responses": {"200": _json(_ref("Job"), "The job (cancelled, or stopping)"),
-                                     "403": E403, "404": E404,
+                                     "403": _error("No or a wrong token; or the job is another user's and "
+                                                   "the caller is not an admin"), "404": E404,
                                      "409": _error("The job has already finished")}},
         },
         "/jobs/{job_id}/script": {
@@ -305,6 +310,10 @@ def _document() -> dict[str, Any]:
                                                "can_switch": {"type": "boolean", "description":
                                                               "whether the caller may switch the policy "
                                                               "(an admin; everyone where none are set)"},
+                                               "admin": {"type": "boolean", "description":
+                                                         "whether the caller is one of the scheduler's "
+                                                         "named admins (`--admins`), who may also cancel "
+                                                         "anyone's job"},
                                                "user": {"type": "string", "description":
                                                         "the caller's Schedulearn user name (whose jobs "
                                                         "the sidebar notifies about)"},

@@ -307,11 +307,33 @@ def test_a_user_without_an_account_is_refused_at_submit(shared: Serve):
     assert carol.jobs(user="carol") == []  # nothing stored
 
 
+def test_an_admin_cancels_anyones_job_and_is_named(shared: Serve, python: str):
+    """An operator stops another user's runaway job: only a named admin may (anyone else: 403,
+    naming who may), and the job's reason says who did it."""
+    alice, bob, carol = (Client(shared.url, f"{who}-token") for who in ("alice", "bob", "carol"))
+    sleep = [python, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+    running = alice.submit({"name": "runaway", "gpus": 2, "command": sleep})
+    wait_for(lambda: "up" in alice.logs(running["id"]), what="alice's job to start")
+    queued = alice.submit({"name": "next", "command": sleep})
+    with pytest.raises(ClientError) as e:
+        bob.cancel(running["id"])
+    assert e.value.status == 403
+    assert str(e.value) == (f"job {running['id']}: belongs to 'alice'; only they or the scheduler's admins "
+                            "(carol) may cancel it (HTTP 403)")
+    assert carol.policy_info()["admin"] is True and alice.policy_info()["admin"] is False
+    assert carol.cancel(queued["id"])["state"] == "cancelled"
+    assert carol.cancel(running["id"])["state"] == "running"  # stopping: SIGTERM sent
+    wait_for(lambda: alice.job(running["id"])["state"] == "cancelled", what="the runaway job to stop")
+    assert alice.job(queued["id"])["reason"] == "cancelled by carol (an admin)"
+    assert alice.job(running["id"])["reason"] == "cancelled by carol (an admin)"
+    assert bob.job(running["id"])["reason"] == "cancelled by carol (an admin)"  # not private
+
+
 def test_only_admins_switch_the_policy(shared: Serve):
     alice, carol = Client(shared.url, "alice-token"), Client(shared.url, "carol-token")
     fifo = {"policy": "fifo", "plans_deadlines": False}
-    assert alice.policy_info() == {**fifo, "can_switch": False, "user": "alice"}
-    assert carol.policy_info() == {**fifo, "can_switch": True, "user": "carol"}
+    assert alice.policy_info() == {**fifo, "can_switch": False, "user": "alice", "admin": False}
+    assert carol.policy_info() == {**fifo, "can_switch": True, "user": "carol", "admin": True}
     with pytest.raises(ClientError) as e:
         alice.set_policy("las")
     assert e.value.status == 403

@@ -35,7 +35,8 @@ async def test_policies_and_policy_switch(sl_api, sl_manager):
     assert all(p["description"] for p in data)
     # the one user of an embedded server is its admin
     me = default_user()  # the OS user: a plain Jupyter server's one user
-    state = {"can_switch": True, "user": me, "plans_deadlines": False}  # (fifo, las: deadlines watched)
+    # (admin: none is named, so no one may cancel another user's job; fifo, las: deadlines watched)
+    state = {"can_switch": True, "user": me, "admin": False, "plans_deadlines": False}
     assert await sl_api("GET", "policy") == (200, {"policy": "fifo", **state})
     assert await sl_api("PUT", "policy", {"policy": "las"}) == (200, {"policy": "las"})
     assert sl_manager.engine.policy.name == "las"

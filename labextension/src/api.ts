@@ -97,10 +97,13 @@ export class SchedulearnApi {
   }
 
   /** The policy in force and whether this user may switch it (only admins may, where the
-   * server names admins; a server without `can_switch` lets everyone). */
+   * server names admins; a server without `can_switch` lets everyone), and whether they are one of
+   * the named admins (who may also cancel anyone's job). */
   async policyInfo(): Promise<IPolicyState> {
-    const r = await this.request<{ policy: string; can_switch?: boolean; user?: string }>('policy');
-    return { policy: r.policy, canSwitch: r.can_switch !== false, user: r.user ?? '' };
+    const r = await this.request<{ policy: string; can_switch?: boolean; user?: string; admin?: boolean }>(
+      'policy'
+    );
+    return { policy: r.policy, canSwitch: r.can_switch !== false, user: r.user ?? '', admin: r.admin === true };
   }
 
   async setPolicy(policy: string): Promise<string> {

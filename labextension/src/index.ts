@@ -87,9 +87,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     const cancelJob = async (job: IJob) => {
+      const me = model.snapshot?.user ?? '';
+      const theirs = me && job.user && job.user !== me ? ` It is ${job.user}'s: its reason will name you.` : '';
       const answer = await showDialog({
         title: `Cancel job #${job.id}?`,
-        body: `"${job.name}" (${job.state}) will be stopped: SIGTERM, then SIGKILL after the grace period.`,
+        body: `"${job.name}" (${job.state}) will be stopped: SIGTERM, then SIGKILL after the grace period.${theirs}`,
         buttons: [Dialog.cancelButton({ label: 'Keep it' }), Dialog.warnButton({ label: 'Cancel job' })]
       });
       if (!answer.button.accept) {

@@ -36,9 +36,23 @@ export function sortJobs(jobs: IJob[]): IJob[] {
   });
 }
 
-/** The jobs table; `me` (the user the server names) may cancel only their own jobs, and read the
- * logs of others' only where the scheduler does not keep them private. */
-export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions, me = '', limit = 50): HTMLElement {
+/** Who looks at the jobs table (`GET policy`): `user` may cancel only their own jobs, unless they
+ * are one of the scheduler's admins (anyone's), and read the logs of others' only where the
+ * scheduler does not keep them private. */
+export interface IViewer {
+  user: string;
+  admin: boolean;
+}
+
+/** The jobs table, as `viewer` may act on it. */
+export function renderJobsTable(
+  jobs: IJob[],
+  now: number,
+  actions: IJobActions,
+  viewer: IViewer = { user: '', admin: false },
+  limit = 50
+): HTMLElement {
+  const me = viewer.user;
   const root = h('div', { class: 'jp-schedulearn-jobs' });
   if (jobs.length === 0) {
     root.append(h('div', { class: 'jp-schedulearn-empty' }, 'No jobs yet. Submit one with %%schedulearn.'));
@@ -61,8 +75,12 @@ export function renderJobsTable(jobs: IJob[], now: number, actions: IJobActions,
     );
     logs.addEventListener('click', () => actions.logs(job));
     if (me && job.user && job.user !== me) {
-      cancel.disabled = true;
-      cancel.title = `Job #${job.id} is ${job.user}'s: only they may cancel it`;
+      if (viewer.admin) {
+        cancel.title = `Cancel job #${job.id}, ${job.user}'s (you are an admin)`;
+      } else {
+        cancel.disabled = true;
+        cancel.title = `Job #${job.id} is ${job.user}'s: only they or an admin may cancel it`;
+      }
     }
     if (job.private) {
       logs.disabled = true;

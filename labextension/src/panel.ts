@@ -108,7 +108,9 @@ export class SchedulearnPanel extends Widget {
     this._updated.textContent = `updated ${clock(snap.now, true)}`;
     this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
-    this._jobs.replaceChildren(renderJobsTable(snap.jobs, snap.now, this._options, snap.user));
+    this._jobs.replaceChildren(
+      renderJobsTable(snap.jobs, snap.now, this._options, { user: snap.user, admin: snap.admin })
+    );
     const max = this._options.timelineHours * 3600;
     const chosen = this._window.value === 'auto' ? 'auto' : Number(this._window.value);
     const span = chosen === 'auto' ? autoSpan(snap.jobs, snap.now, max) : chosen;

@@ -80,6 +80,8 @@ export interface IPolicyState {
   canSwitch: boolean;
   /** The caller's Schedulearn user name ('' where the server does not say). */
   user: string;
+  /** One of the scheduler's named admins (`--admins`): may cancel anyone's job. */
+  admin: boolean;
 }
 
 /** Everything the sidebar shows, fetched in one refresh. */
@@ -91,6 +93,8 @@ export interface ISnapshot {
   canSwitch: boolean;
   /** Who this is (`GET policy`): the sidebar notifies when this user's jobs end. */
   user: string;
+  /** One of the scheduler's named admins: Cancel is enabled on everyone's jobs. */
+  admin: boolean;
   policies: IPolicyInfo[];
   /** Client time (seconds) of the refresh. */
   now: number;

@@ -61,6 +61,8 @@ TIME_LIMIT, TIME_LIMIT_EXIT = "time-limit", 124
 #: `Job.extra`'s key for when an ended job's directory was removed (`SchedulerService`'s
 #: `keep_job_dirs`): its log, result and checkpoints are gone, its record stays
 FILES_REMOVED = "files_removed"
+#: `Job.extra`: the admin who cancelled a job that was not theirs (`Engine.cancel`)
+CANCELLED_BY = "cancelled_by"
 
 
 class JobNotFound(KeyError):
@@ -224,15 +226,23 @@ class Engine:
         except KeyError:
             raise JobNotFound(job_id) from None
 
-    def cancel(self, job_id: int, now: float | None = None) -> Job:
+    def cancel(self, job_id: int, now: float | None = None, by: str | None = None) -> Job:
+        """Cancel a job; `by`: who, where not its own user (an admin): kept in its reason,
+        `cancelled by carol (an admin)`, and in its `cancelling` event."""
         job = self.get(job_id)
         if job.state.final:
             raise JobFinished(f"job {job_id}: already {job.state.value}")
         now = self.clock() if now is None else now
         if job.state is JobState.queued and job.stopping is None:
-            self._finish(job, JobState.cancelled, None, "cancelled", now, ahead=True)
+            self._finish(job, JobState.cancelled, None, _cancelled_by("cancelled", by), now, ahead=True)
         elif job.stopping != "cancel":
-            self._ahead(job, "cancelling", now, _stopping("cancel"))  # first: a failure changes nothing
+            def stopping(j: Job) -> None:
+                j.stopping = "cancel"
+                if by:
+                    j.extra = {**j.extra, CANCELLED_BY: by}
+
+            # first: a failure changes nothing
+            self._ahead(job, "cancelling", now, stopping, **({"by": by} if by else {}))
             self._untrack(job)
             self.executor.stop(job, "cancel", now)
             self._changed(job, "cancelling", now, stored=True)
@@ -293,7 +303,8 @@ class Engine:
             self._track(job)
             self._changed(job, "preempted", now)
         elif why == "cancel":
-            self._finish(job, JobState.cancelled, exit_code, reason or "cancelled", now)
+            self._finish(job, JobState.cancelled, exit_code,
+                         _cancelled_by(reason or "cancelled", job.extra.get(CANCELLED_BY)), now)
         elif why == TIME_LIMIT:
             limit = deadlines.fmt_minutes(job.spec.time_limit or 0)
             self._finish(job, JobState.failed, TIME_LIMIT_EXIT, f"stopped at its time limit ({limit} of run "
@@ -1074,6 +1085,14 @@ class RealClock:
 _ID = attrgetter("id")
 _ROUND_OWN = frozenset({"started", "resized", "preempted", "deadline"})
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
+def _cancelled_by(reason: str, by: str | None) -> str:
+    """A cancelled job's reason, naming who cancelled it where that was not its user."""
+    if not by:
+        return reason
+    head, sep, rest = reason.partition("cancelled")
+    return f"{head}cancelled by {by} (an admin){rest}" if sep else f"cancelled by {by} (an admin): {reason}"
 
 
 def _stopping(why: str) -> Callable[[Job], None]:

@@ -87,7 +87,7 @@ def test_another_users_job_cannot_be_cancelled_or_its_log_read_from_the_sidebar(
     other, own = row(lab_page, theirs["id"]), row(lab_page, mine["id"])
     assert other.locator("button.jp-schedulearn-cancel").is_disabled()
     assert other.locator("button.jp-schedulearn-cancel").get_attribute("title") == \
-        f"Job #{theirs['id']} is carol's: only they may cancel it"
+        f"Job #{theirs['id']} is carol's: only they or an admin may cancel it"
     assert other.locator("button.jp-schedulearn-logs").is_disabled()
     assert other.locator("button.jp-schedulearn-logs").get_attribute("title") == \
         f"Job #{theirs['id']} is carol's: only they may read its log"

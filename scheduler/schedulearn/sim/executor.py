@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import estimates, pauses
 from ..executors.base import Executor
+from ..executors.lifecycle import stopped_reason
 from ..executors.registry import ExecutorKind
 from ..inventory import Inventory
 from ..model import Allocation, Job, JobSpec, SpecError
@@ -281,7 +282,7 @@ class SimExecutor(Executor):
         self._last_report(run, now)
         self.done[job.id] = run.progress
         assert self.engine is not None
-        self.engine.job_exited(job.id, -15, why, now)
+        self.engine.job_exited(job.id, -15, stopped_reason(why, killed=False), now)  # as a live run's
 
     def advance(self, now: float) -> None:
         if self.estimates == "oracle":  # every job the engine knows (queued too) gets its truth

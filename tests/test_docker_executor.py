@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import shutil
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,42 @@ def test_each_users_job_runs_as_their_mapped_account_in_a_private_directory(dock
             assert not labelled(dockerd, stranger.id)  # no container was made for it
 
     asyncio.run(main())
+
+
+def test_a_setuid_binary_in_the_image_does_not_make_a_users_job_root(dockerd, tmp_path):
+    """In the shared set-up a user picks the image: one holding a setuid-root shell made their
+    job root (euid 0 in a container on the host's network, with the default capabilities: raw
+    sockets on the loopback, where the other users' tokens travel; any file in the volumes).
+    Their containers run with `no-new-privileges`; the operator's single-user containers, as
+    before, without."""
+    rootsh = tmp_path / "rootsh"
+    shutil.copy("/bin/bash", rootsh)
+    rootsh.chmod(0o4755)  # root's, setuid
+    tag = f"schedulearn-test:setuid-{uuid.uuid4().hex[:6]}"
+    maker = f"sl-setuid-{uuid.uuid4().hex[:6]}"
+    dockerd.docker("create", "--name", maker, dockerd.image, "true")
+    try:
+        dockerd.docker("cp", "-a", str(rootsh), f"{maker}:/rootsh")
+        dockerd.docker("commit", maker, tag)
+    finally:
+        dockerd.docker("rm", "-f", maker, check=False)
+    nobody = Account("nobodyish", 65534, 65534, (65534,), "/home/nobodyish")
+    shared = executor([dockerd], tmp_path / "shared", run_as=lambda user: nobody)
+    single = executor([dockerd], tmp_path / "single", user="65534:65534")
+    ids = ["/rootsh", "-p", "-c", "echo euid=$(id -u)"]
+
+    async def run(ex):
+        async with live(ex) as eng:
+            job = eng.submit({"command": ids, "image": tag, "user": "alice"})
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            return ex.logs(job.id)
+
+    try:
+        assert "euid=0\n" in asyncio.run(run(single))  # the image does what it says: a setuid root shell
+        assert "euid=65534\n" in asyncio.run(run(shared))
+    finally:
+        dockerd.docker("rmi", "-f", tag, check=False)
 
 
 def test_cancel_stops_the_container_with_sigterm_then_sigkill_after_the_grace(dockerd, tmp_path):

@@ -660,7 +660,10 @@ class DockerExecutor(RunExecutor):
             host_config = api.create_host_config(
                 binds=[f"{d}:{d}:rw", *self.volumes], network_mode="host", shm_size=self.shm_size, init=True,
                 device_requests=requests,
-                group_add=[str(g) for g in account.groups if g != account.gid] if account else None)
+                group_add=[str(g) for g in account.groups if g != account.gid] if account else None,
+                # the shared set-up: a setuid binary in the image (the user's pick) must not make
+                # the job root, with the host's network and whatever the volumes hold
+                security_opt=["no-new-privileges"] if account is not None else None)
             user = account.docker_user if account is not None else self.user or ""
             kwargs = dict(
                 command=argv, environment=env, working_dir=cwd, user=user, host_config=host_config,

@@ -41,6 +41,7 @@ from schedulearn.service import RESTART_COST, SchedulerService, Settings, check_
 log = logging.getLogger("schedulearn.serve")
 
 TOKEN_ENV = "SCHEDULEARN_SERVE_TOKEN"
+STORE_ENV = "SCHEDULEARN_STORE_URL"
 DEFAULT_PORT = 8765
 
 
@@ -52,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=env("SCHEDULEARN_PORT", str(DEFAULT_PORT)),
                    help="port to listen on; 0: a free one, printed "
                         f"(default: $SCHEDULEARN_PORT or {DEFAULT_PORT})")
-    p.add_argument("--token", default=env(TOKEN_ENV), help=f"the API token (default: ${TOKEN_ENV} or random)")
+    p.add_argument("--token", default=env(TOKEN_ENV),
+                   help=f"the API token (default: ${TOKEN_ENV}, the place for it: ps shows arguments to "
+                        "everyone; else a random one, printed)")
     p.add_argument("--tokens", type=Path, default=None,
                    help='JSON file {"<token>": "<user>", ...}: one token per user')
     p.add_argument("--user", default=None, help="user name for --token (default: the OS user)")
@@ -63,9 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admins", default=env("SCHEDULEARN_ADMINS"),
                    help="comma-separated user names who may switch the policy (default: "
                         "$SCHEDULEARN_ADMINS; without --tokens, the one user; with --tokens, nobody)")
-    p.add_argument("--store", default=env("SCHEDULEARN_STORE_URL"),
-                   help="store URL (postgresql+psycopg://... for a shared set-up; default: a SQLite file "
-                        "in the user's data dir)")
+    p.add_argument("--store", default=env(STORE_ENV),
+                   help="store URL (postgresql+psycopg://... for a shared set-up; default: "
+                        f"${STORE_ENV}, else a SQLite file in the user's data dir); a password belongs in "
+                        f"${STORE_ENV} or ~/.pgpass, not here: ps shows arguments to everyone")
     p.add_argument("--executor", default=env("SCHEDULEARN_EXECUTOR", "local"),
                    help=" | ".join(registry.names()) + f" ({registry.describe()})")
     p.add_argument("--virtual-gpus", type=_number(int, "SCHEDULEARN_VIRTUAL_GPUS", "an integer >= 0", 0),
@@ -219,6 +223,32 @@ def check_private(path: Path) -> None:
         raise SpecError(f"tokens: cannot read {path} ({e.strerror})") from None
     if mode & 0o077:
         raise SpecError(f"tokens: {path} is readable by others (mode {mode:04o}); run chmod 600 {path}")
+
+
+def secrets_in_arguments(args: argparse.Namespace) -> list[str]:
+    """What this server was given on its command line that is a secret: every account on the
+    machine reads a process's arguments (`ps`, /proc/<pid>/cmdline), the jobs' accounts
+    included, where its environment stays private to it. One line per secret; in the shared
+    set-up (`--tokens`) each is refused (a job of bob's reading the store's password could
+    rewrite alice's queued job), else said as a warning."""
+    found = []
+    if args.token and args.token != os.environ.get(TOKEN_ENV):
+        found.append(f"token: --token is readable by every account on this machine (ps shows a process's "
+                     f"arguments); give it in ${TOKEN_ENV} or the --tokens file instead")
+    if args.store and args.store != os.environ.get(STORE_ENV) and _password(args.store):
+        found.append(f"store: the password in --store is readable by every account on this machine (ps "
+                     f"shows a process's arguments), the users' jobs included; give the URL in ${STORE_ENV}, "
+                     "or the password in ~/.pgpass, instead")
+    return found
+
+
+def _password(url: str) -> bool:
+    import sqlalchemy as sa
+
+    try:
+        return bool(sa.make_url(url).password)
+    except Exception:  # noqa: BLE001 - a path, or not a URL at all: the store says what is wrong
+        return False
 
 
 def shared_policy(args: argparse.Namespace) -> tuple[Any, list[str] | None]:
@@ -412,6 +442,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)  # per revision (the store logs one line)
     try:
         tokens = load_tokens(args)
+        exposed = secrets_in_arguments(args)
+        if exposed and args.tokens is not None:
+            raise SpecError(exposed[0])
+        for line in exposed:
+            log.warning("schedulearn: %s", line)
         generated = None
         if not tokens:
             generated = secrets.token_hex(24)

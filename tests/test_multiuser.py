@@ -120,13 +120,16 @@ def python(accounts: dict[str, Account]) -> str:
 class Serve:
     """`schedulearn serve` as a real process (as root, or as `run_as`)."""
 
-    def __init__(self, home: Path, *args: str, run_as: Account | None = None, wait: bool = True):
+    def __init__(self, home: Path, *args: str, run_as: Account | None = None, wait: bool = True,
+                 env: dict[str, str] | None = None, store: bool = True):
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+        path = os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])
+        env = {**os.environ, **(env or {}), "PYTHONPATH": path}
         self.argv = [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
-                     "--store", f"sqlite:///{home / 'serve.db'}", "--job-root", str(home / "jobs"), *args]
+                     *(["--store", f"sqlite:///{home / 'serve.db'}"] if store else []),
+                     "--job-root", str(home / "jobs"), *args]
         kw = run_as.popen_kwargs() if run_as is not None else {}
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                      cwd=home, **kw)
@@ -369,6 +372,35 @@ def test_tokens_file_readable_by_others_is_refused(home: Path, mode: int):
     line = (f"schedulearn serve: tokens: {tokens} is readable by others (mode {mode:04o}); "
             f"run chmod 600 {tokens}")
     assert out.strip().splitlines() == [line]
+
+
+def test_secrets_on_the_command_line_are_refused_in_the_shared_set_up(home: Path):
+    """Every account here reads a process's arguments (`ps`), the users' jobs included: a store
+    password there let bob's job rewrite the store (alice's queued job, run as alice). In the
+    shared set-up it is refused, and so is `--token`; from the environment (private to the
+    server) both pass. A one-user server says it, as a warning, and starts."""
+    tokens = str(tokens_file(home))
+    url = "postgresql+psycopg://sl:hunter2@/sl?host=/nonexistent"
+    store_line = ("schedulearn serve: store: the password in --store is readable by every account on this "
+                  "machine (ps shows a process's arguments), the users' jobs included; give the URL in "
+                  "$SCHEDULEARN_STORE_URL, or the password in ~/.pgpass, instead")
+    out = Serve(home, "--tokens", tokens, "--user-map", "server", "--store", url, wait=False).refused()
+    assert out.strip().splitlines() == [store_line]
+    out = Serve(home, "--tokens", tokens, "--user-map", "server", "--token", "t", wait=False).refused()
+    assert out.strip().splitlines() == [
+        "schedulearn serve: token: --token is readable by every account on this machine (ps shows a "
+        "process's arguments); give it in $SCHEDULEARN_SERVE_TOKEN or the --tokens file instead"]
+    # the same URL from the environment passes the check (and fails on connecting: no such server)
+    env = {"SCHEDULEARN_STORE_URL": url, "SCHEDULEARN_SERVE_TOKEN": "t"}
+    out = Serve(home, "--tokens", tokens, "--user-map", "server", wait=False, env=env, store=False).refused()
+    assert out.strip().splitlines()[-1].startswith(
+        "schedulearn serve: store: cannot open postgresql+psycopg://sl:***@/sl?host=%2Fnonexistent"), out
+    assert "hunter2" not in out
+    # one user: said, not refused
+    out = Serve(home, "--token", "t", "--store", url, wait=False).refused()
+    assert f"WARNING schedulearn: {store_line.removeprefix('schedulearn serve: ')}" in out
+    assert "WARNING schedulearn: token: --token is readable by every account" in out
+    assert out.strip().splitlines()[-1].startswith("schedulearn serve: store: cannot open"), out
 
 
 def test_shared_mode_without_a_user_map_is_refused(home: Path):

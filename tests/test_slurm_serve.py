@@ -148,6 +148,11 @@ def test_shared_setup_runs_jobs_as_their_users_and_keeps_them_apart(
         assert seen["job_dir_mode"] == "0o700"
         assert {k: seen[k] for k in ("bob_dir", "bob_secret", "tokens", "store", "signal")} == dict.fromkeys(
             ("bob_dir", "bob_secret", "tokens", "store", "signal"), "denied")
+        # a workdir bob's account cannot enter (alice's job directory) is refused at submission (Slurm
+        # would have run his job in /tmp instead)
+        with pytest.raises(ClientError, match="which cannot enter it") as e:
+            bob.submit({"name": "peek", "command": ["ls"], "workdir": str(home / "jobs" / str(a["id"]))})
+        assert e.value.status == 400
         # Slurm itself ran them as their accounts
         users = {j["name"].split("-", 1)[0]: j["user_name"] for j in cluster.jobs()}
         assert users[f"sl{a['id']}.0"] == accounts["alice"].name

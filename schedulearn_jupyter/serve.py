@@ -368,6 +368,23 @@ def private_store(store: Any) -> None:
             pass
 
 
+def refused_users(user_map: Any, users: Any) -> list[tuple[str, str]]:
+    """(user, why) for each user of the tokens file whose jobs the user map refuses: not in it,
+    no OS account of that name (`same`, or an account removed since), or root."""
+    from schedulearn.accounts import NoAccount
+
+    refused = []
+    for user in sorted(set(users)):
+        if user_map.account_name(user) is None:
+            refused.append((user, "not in --user-map"))
+            continue
+        try:
+            user_map.account(user)
+        except NoAccount as e:
+            refused.append((user, str(e).removeprefix("user_map: ")))
+    return refused
+
+
 def warn_unusable_accounts(manager: Any, settings: Settings, tokens: dict[str, str]) -> None:
     """A warning for each account whose jobs cannot start here (`Executor.account_problem`:
     with the local executor, this Python unreadable by it), said before a user finds out."""
@@ -378,7 +395,7 @@ def warn_unusable_accounts(manager: Any, settings: Settings, tokens: dict[str, s
         try:
             users_of.setdefault(settings.user_map.account(user), []).append(user)
         except NoAccount:
-            pass  # said above: their jobs are refused
+            pass  # said above (`refused_users`)
     for account, users in users_of.items():
         problem = manager.executor.account_problem(account)
         if problem:
@@ -421,9 +438,9 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     if note := manager.no_gpus_note():  # every submission would be refused
         log.warning("schedulearn: %s", note)
     if settings.switches_users:
-        unmapped = sorted({u for u in tokens.values() if settings.user_map.account_name(u) is None})
-        log.info("schedulearn: jobs run as their users' OS accounts (%s)%s", settings.user_map,
-                 f"; no account for {', '.join(unmapped)}: their jobs are refused" if unmapped else "")
+        log.info("schedulearn: jobs run as their users' OS accounts (%s)", settings.user_map)
+        for user, why in refused_users(settings.user_map, tokens.values()):
+            log.warning("schedulearn: the jobs of %s will be refused: %s", user, why)
         await asyncio.to_thread(warn_unusable_accounts, manager, settings, tokens)
     if settings.admins is not None:
         log.info("schedulearn: the policy may be switched by %s", ", ".join(settings.admins) or "nobody")

@@ -403,6 +403,22 @@ def test_secrets_on_the_command_line_are_refused_in_the_shared_set_up(home: Path
     assert out.strip().splitlines()[-1].startswith("schedulearn serve: store: cannot open"), out
 
 
+def test_users_whose_jobs_will_be_refused_are_named_at_start(accounts: dict[str, Account], home: Path):
+    """`--user-map same` maps every user to the account of their name: one with no such account
+    was not said at start (only `alice=…` maps were checked), and learnt it from a 403."""
+    ghost = f"ghost{uuid.uuid4().hex[:6]}"
+    tokens = home / "tokens.json"
+    tokens.write_text(json.dumps({"a": accounts["alice"].name, "g": ghost, "r": "root"}))
+    tokens.chmod(0o600)
+    s = Serve(home, "--tokens", str(tokens), "--user-map", "same", "--virtual-gpus", "1")
+    s.stop()
+    out = s.proc.stdout.read().decode()
+    said = [line.split(" WARNING ", 1)[1] for line in out.splitlines() if " WARNING schedulearn: " in line]
+    assert said == [f"schedulearn: the jobs of {ghost} will be refused: no OS account {ghost!r} on this host",
+                    "schedulearn: the jobs of root will be refused: 'root' maps to 'root', which is root; "
+                    "jobs never run as root"], out
+
+
 def test_shared_mode_without_a_user_map_is_refused(home: Path):
     out = Serve(home, "--tokens", str(tokens_file(home)), wait=False).refused()
     assert len(out.strip().splitlines()) == 1

@@ -3,14 +3,16 @@
 The same REST API and websocket as the Jupyter extension (at `/schedulearn/api/`), with token
 authentication: one token (`--token`, `$SCHEDULEARN_SERVE_TOKEN`, or a random one printed at
 start) or a JSON file of `{"<token>": "<user name>"}` (`--tokens`) so that each person's jobs
-carry their name and only they may cancel them. The store should be PostgreSQL for a shared
-set-up (`--store postgresql+psycopg://user:pass@db/schedulearn`); SQLite works for one machine.
+carry their name and only they (or an admin) may cancel them. The store should be PostgreSQL
+for a shared set-up (`$SCHEDULEARN_STORE_URL=postgresql+psycopg://user:pass@db/schedulearn`: a
+password on the command line is refused there); SQLite works for one machine.
 Each user's Jupyter then points its extension at this server:
 `c.SchedulearnApp.remote_url = "http://gpu-box:8765/"` and `remote_token = "<their token>"`.
 
 With `--tokens` (the shared set-up) the tokens file must be private (mode 0600), each user's jobs
 run as the OS account `--user-map` names for them (the server runs as root; see `accounts.py`),
-and only the users named by `--admins` may switch the policy.
+and only the users named by `--admins` may switch the policy. `SIGHUP` reads the tokens file
+again (`Tokens`): a removed token is refused from then on, and what it had open is closed.
 
 It wraps the same `schedulearn.service.SchedulerService` as the extension, behind the same
 handlers (`handlers.py`) bound to token authentication; the `schedulearn` command gets `serve`
@@ -30,6 +32,7 @@ import os
 import secrets
 import signal
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +296,66 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
+class Tokens:
+    """The server's tokens (token -> user), and who is connected with each: a reload (`SIGHUP`,
+    the tokens file edited) that removes a token closes what was opened with it — event sockets,
+    followed logs, results on their way — so that a revoked token stops reading at once, not
+    when its holder disconnects."""
+
+    def __init__(self, table: dict[str, str]):
+        self.table = dict(table)
+        self._opened: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # handler -> token
+
+    def user(self, given: str, handler: Any) -> str | None:
+        for token, user in self.table.items():
+            if hmac.compare_digest(given.encode(), token.encode()):
+                self._opened[handler] = token
+                return user
+        return None
+
+    def replace(self, table: dict[str, str]) -> int:
+        """Use `table` from now on; close what removed tokens opened; how many were closed."""
+        self.table = dict(table)
+        closed = 0
+        for handler, token in list(self._opened.items()):
+            if token in self.table:
+                continue
+            del self._opened[handler]
+            if hasattr(handler, "ws_connection"):  # an event socket
+                if handler.ws_connection is not None:
+                    handler.close(1008, "token: revoked")
+                    closed += 1
+            elif not handler._finished:  # an answer still on its way (a followed log, a result)
+                handler.request.connection.close()
+                closed += 1
+        return closed
+
+
+def reload_tokens(tokens: Tokens, load: Any, user_map: Any) -> None:
+    """`SIGHUP`: read the tokens file again. A file that cannot be used (unreadable, not private,
+    not JSON) changes nothing, said in one line."""
+    try:
+        table = load()
+    except SpecError as e:
+        log.error("schedulearn: tokens not reloaded (the old ones stay in force): %s", e)
+        return
+    before = set(tokens.table.values())
+    removed = len(set(tokens.table) - set(table))
+    closed = tokens.replace(table)
+    users = set(table.values())
+    new = f" (new: {', '.join(sorted(users - before))})" if users - before else ""
+    log.info("schedulearn: tokens reloaded: users %s%s; %s removed, %s closed",
+             ", ".join(sorted(users)) or "none", new, _count(removed, "token"), _count(closed, "connection"))
+    if user_map is not None:
+        for user, why in refused_users(user_map, users - before):
+            log.warning("schedulearn: the jobs of %s will be refused: %s", user, why)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def make_app(manager: Any, tokens: Tokens, base_url: str = "/") -> Any:
     """The tornado application: the extension's handlers behind token authentication."""
     from tornado import web, websocket
 
@@ -307,10 +369,7 @@ def make_app(manager: Any, tokens: dict[str, str], base_url: str = "/") -> Any:
             given = given or self.get_query_argument("token", "")
             if not given:
                 return None
-            for token, user in tokens.items():
-                if hmac.compare_digest(given.encode(), token.encode()):
-                    return user
-            return None
+            return tokens.user(given, self)
 
         def get_login_url(self) -> str:
             raise web.HTTPError(403, "token: missing or wrong; send 'Authorization: token <TOKEN>'")
@@ -405,14 +464,16 @@ def warn_unusable_accounts(manager: Any, settings: Settings, tokens: dict[str, s
 
 
 async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int, base_url: str = "/",
-                ready: Any = None, stop: asyncio.Event | None = None) -> None:
+                ready: Any = None, stop: asyncio.Event | None = None, reload: Any = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM). `ready(manager, port)` is called once it
-    listens, with the port it listens on (port 0: a free one)."""
+    listens, with the port it listens on (port 0: a free one). `reload`: how to read the tokens
+    again, on SIGHUP (`--tokens`)."""
     Path(settings.job_root).mkdir(parents=True, exist_ok=True)
     manager = SchedulerService(settings)
     private_store(manager.store)
     manager.start()
-    app = make_app(manager, tokens, base_url)
+    table = Tokens(tokens)
+    app = make_app(manager, table, base_url)
     try:
         from tornado.httpserver import HTTPServer
         from tornado.netutil import bind_sockets
@@ -429,6 +490,11 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if reload is not None:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, reload_tokens, table, reload, settings.user_map)
         except (NotImplementedError, RuntimeError):
             pass
     n = manager.engine.total_gpus
@@ -485,7 +551,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     from schedulearn.store import StoreError
 
     try:
-        asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url, ready=ready))
+        reload = (lambda: load_tokens(args)) if args.tokens is not None else None
+        asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url, ready=ready, reload=reload))
     except (SpecError, StoreError) as e:
         print(f"schedulearn serve: {e}", file=sys.stderr)
         return 2

@@ -364,6 +364,84 @@ def test_queue_widget_is_read_only_for_non_admins(shared: Serve):
         admin.close()
 
 
+def test_sighup_reloads_the_tokens_and_closes_what_a_removed_token_opened(home: Path, python: str):
+    """A leaked token is revoked by editing the tokens file and `kill -HUP`, without a restart:
+    the old token is refused from then on, and its open event socket and followed log are
+    closed (a revoked holder stops reading at once); other users' connections stay. A file that
+    cannot be used (not private) changes nothing."""
+    import asyncio
+    import contextlib
+    import http.client
+    import signal
+    import threading
+    import urllib.request
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    tokens = tokens_file(home)
+    s = Serve(home, "--tokens", str(tokens), "--user-map", "server", "--virtual-gpus", "2", "--tick", "0.2")
+    said: list[str] = []  # the server's log, as it comes
+
+    def read() -> None:
+        for line in s.proc.stdout:
+            said.append(line.decode())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    alice = Client(s.url, "alice-token")
+    ws = s.url.replace("http", "ws", 1) + "schedulearn/api/events"
+    try:
+        talk = "import time\nwhile True: print('tick'); time.sleep(0.2)"
+        job = alice.submit({"name": "talks", "command": [python, "-u", "-c", talk]})
+        wait_for(lambda: "tick" in alice.logs(job["id"]), what="the job to talk")
+        follow = urllib.request.urlopen(urllib.request.Request(
+            f"{s.url}schedulearn/api/jobs/{job['id']}/logs?follow=1",
+            headers={"Authorization": "token alice-token"}), timeout=30)
+        assert follow.read1(1 << 16)  # open, and sending
+
+        async def sockets() -> None:
+            theirs, hers = [await websocket_connect(HTTPRequest(ws, headers={"Authorization": f"token {t}"}))
+                            for t in ("bob-token", "alice-token")]
+            assert json.loads(await theirs.read_message())["type"] == "hello"
+            assert json.loads(await hers.read_message())["type"] == "hello"
+            tokens.write_text(json.dumps({"alice-new": "alice", "bob-token": "bob", "dave-token": "dave"}))
+            s.proc.send_signal(signal.SIGHUP)
+            while (await hers.read_message()) is not None:  # events may come first; then it is closed
+                pass
+            assert (hers.close_code, hers.close_reason) == (1008, "token: revoked")
+            Client(s.url, "bob-token").submit({"name": "ping", "command": [python, "-c", "pass"]})
+            event = json.loads(await asyncio.wait_for(theirs.read_message(), 30))  # bob's stays open
+            assert event["type"] == "job", event
+            theirs.close()
+
+        asyncio.run(sockets())
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            while follow.read1(1 << 16):  # the followed log ends (cut short), though the job runs on
+                pass
+        assert Client(s.url, "alice-new").job(job["id"])["state"] == "running"
+        with pytest.raises(ClientError) as e:
+            alice.jobs()
+        assert e.value.status == 403
+        # an unusable file (readable by others) is not taken: the tokens in force stay
+        tokens.write_text(json.dumps({"x": "mallory"}))
+        tokens.chmod(0o644)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: any("tokens not reloaded" in line for line in said), what="the refused reload")
+        assert Client(s.url, "alice-new").job(job["id"])["state"] == "running"
+        with pytest.raises(ClientError):
+            Client(s.url, "x").jobs()
+        Client(s.url, "alice-new").cancel(job["id"])
+    finally:
+        s.stop()
+        reader.join(10)
+    out = "".join(said)
+    assert ("INFO schedulearn: tokens reloaded: users alice, bob, dave (new: dave); 2 tokens removed, "
+            "2 connections closed") in out, out
+    assert (f"ERROR schedulearn: tokens not reloaded (the old ones stay in force): tokens: {tokens} is "
+            f"readable by others (mode 0644); run chmod 600 {tokens}") in out, out
+
+
 # -- refusals at start -----------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
 def test_tokens_file_readable_by_others_is_refused(home: Path, mode: int):

@@ -177,6 +177,29 @@ def test_each_container_sees_only_its_gpus(dockerd, tmp_path):
     asyncio.run(main())
 
 
+def test_the_nvidia_runtimes_variable_is_the_schedulers(dockerd, tmp_path):
+    """`NVIDIA_VISIBLE_DEVICES` decides, where the NVIDIA runtime is the daemon's default (or an
+    older toolkit picked `all` among duplicates), which GPUs a container gets: a job (or a CUDA
+    image, whose ENV says `all`) must not set it. The executor sets it over theirs: the devices
+    the container was given, or `void` for none."""
+    from schedulearn.executors.docker import nvidia_visible
+
+    ex = executor([dockerd], tmp_path / "jobs")
+
+    async def main():
+        async with live(ex) as eng:
+            job = eng.submit({"command": [dockerd.python, "-c", "import os; print('NV=' + "
+                                          "os.environ['NVIDIA_VISIBLE_DEVICES'])"],
+                              "env": {"NVIDIA_VISIBLE_DEVICES": "all"}})
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            assert job.state is JobState.succeeded, job.reason
+            assert "\nNV=void\n" in ex.logs(job.id)  # virtual GPUs: no real device
+
+    asyncio.run(main())
+    assert nvidia_visible(["1", "3"]) == "1,3"  # real ones: exactly the device requests'
+    assert nvidia_visible(["GPU-0b5c", "MIG-9d1e"]) == "GPU-0b5c,MIG-9d1e"
+
+
 def test_job_runs_as_the_configured_non_root_user_and_can_write_its_directory(dockerd, tmp_path):
     ex = executor([dockerd], tmp_path / "jobs", user="65534:65534")
 

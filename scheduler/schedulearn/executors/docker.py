@@ -112,6 +112,18 @@ class _Run(Run):
     spans: bool = False  # Horovod's network interface is one other hosts have: grows onto them in place
 
 
+#: what the NVIDIA container toolkit reads to decide which GPUs a container gets
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+
+def nvidia_visible(devices: list[str] | None) -> str:
+    """`NVIDIA_VISIBLE_DEVICES` for a container given `devices` (None: no real GPU). Set by the
+    executor, over the job's and the image's (CUDA images say `all`): where the NVIDIA runtime
+    is the daemon's default, or an older toolkit preferred `all` among duplicate values, a job
+    whose variable said `all` got every GPU of the host, whatever it was given."""
+    return ",".join(devices) if devices else "void"
+
+
 class DockerExecutor(RunExecutor):
     """Jobs as containers on `hosts` (`name=url,...` or `DockerHost`s; see `hosts.py`).
 
@@ -621,6 +633,7 @@ class DockerExecutor(RunExecutor):
             if devices is not None:  # real GPUs: the container sees them as 0..k-1
                 env["SCHEDULEARN_HOST_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(devices)))
+            env[NVIDIA_VISIBLE] = nvidia_visible(devices)
             plans.append((w.node, _pin_rendezvous_host(list(w.argv), len(plans)), env, devices, False))
         if Launcher(spec.launcher) is Launcher.horovod and (len(alloc) > 1 or elastic):
             # horovodrun on the first host reaches the others over ssh: an sshd container on each
@@ -634,8 +647,9 @@ class DockerExecutor(RunExecutor):
 
     def _sidecar_plan(self, spec: JobSpec, host: str, gpus: tuple[int, ...], nodes: dict) -> tuple:
         env = job_environment({}, spec.env, extra=self.env)
-        return (host, ["/usr/sbin/sshd", "-D", "-e", "-p", str(self.horovod_ssh_port)], env,
-                self._devices(nodes.get(host), tuple(gpus)), True)
+        devices = self._devices(nodes.get(host), tuple(gpus))
+        env[NVIDIA_VISIBLE] = nvidia_visible(devices)
+        return (host, ["/usr/sbin/sshd", "-D", "-e", "-p", str(self.horovod_ssh_port)], env, devices, True)
 
     def _devices(self, node: Node | None, gpus: tuple[int, ...]) -> list[str] | None:
         if node is None or node.virtual:

@@ -163,6 +163,26 @@ class PolicyHandler(ApiMixin):
         self.send_json(await self.manager.set_policy(name, self.user_name()))
 
 
+class PauseHandler(ApiMixin):
+    """An operator's pause of scheduling: PUT pauses (body `{"reason": "..."}`, optional),
+    DELETE resumes; admins only."""
+
+    @web.authenticated
+    async def get(self):
+        self.send_json({"paused": (await self.manager.policy(self.user_name())).get("paused")})
+
+    @web.authenticated
+    async def put(self):
+        body = self.json_body() if self.request.body else {}
+        if not isinstance(body, dict):
+            raise ApiError("body: expected a JSON object, {\"reason\": \"...\"}")
+        self.send_json(await self.manager.pause(body.get("reason"), self.user_name()))
+
+    @web.authenticated
+    async def delete(self):
+        self.send_json(await self.manager.resume(self.user_name()))
+
+
 class GpusHandler(ApiMixin):
     @web.authenticated
     async def get(self):
@@ -332,6 +352,7 @@ class EventsMixin:
 ROUTES: list[tuple[str, type]] = [
     (r"policies", PoliciesHandler),
     (r"policy", PolicyHandler),
+    (r"pause", PauseHandler),
     (r"gpus", GpusHandler),
     (r"jobs", JobsHandler),
     (r"jobs/(\d+)", JobHandler),

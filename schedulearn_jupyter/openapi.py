@@ -174,6 +174,26 @@ def _document() -> dict[str, Any]:
                                                 "scheduler's admins (`can_switch` is false)"),
                                   "413": E413}},
         },
+        "/pause": {
+            "get": {"operationId": "getPause", "summary": "Whether scheduling is paused: who, since, why",
+                    "responses": {"200": _json(_ref("PauseState"), "The pause, or null"), "403": E403}},
+            "put": {"operationId": "pause",
+                    "summary": "Pause scheduling: no queued job starts and no running job is preempted or "
+                               "resized until resumed; running jobs run on (admins)",
+                    "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"reason": {
+                            "type": "string", "maxLength": 200,
+                            "description": "why, for everyone to see (one line)"}}}}}},
+                    "responses": {"200": _json(_ref("PauseState"), "The pause"),
+                                  "400": _error("A reason that is not one line of text of at most 200 "
+                                                "characters, or not JSON"),
+                                  "403": _error("No or a wrong token; or the caller is not one of the "
+                                                "scheduler's admins"), "413": E413}},
+            "delete": {"operationId": "resume", "summary": "Resume scheduling (a round at once; admins)",
+                       "responses": {"200": _json(_ref("PauseState"), "null: scheduling"),
+                                     "403": _error("No or a wrong token; or the caller is not one of the "
+                                                   "scheduler's admins")}},
+        },
         "/gpus": {"get": {
             "operationId": "listGpus", "summary": "The GPU inventory and which job holds each GPU",
             "responses": {"200": _json(_ref("Nodes"), "Nodes and their GPUs"), "403": E403},
@@ -320,7 +340,14 @@ def _document() -> dict[str, Any]:
                                                "plans_deadlines": {"type": "boolean", "description":
                                                                    "whether the policy plans for jobs' "
                                                                    "deadlines (qoe, edf); under the "
-                                                                   "others they are only shown"}}},
+                                                                   "others they are only shown"},
+                                               "paused": _ref("Paused")}},
+                "Paused": {"type": ["object", "null"], "description": "an admin's pause of scheduling",
+                           "properties": {"by": {"type": "string"},
+                                          "since": {"type": "number", "description": "epoch seconds"},
+                                          "reason": {"type": "string"}}},
+                "PauseState": {"type": "object", "required": ["paused"],
+                               "properties": {"paused": _ref("Paused")}},
                 "PolicyInfo": {"type": "object", "required": ["name", "description"],
                                "properties": {"name": {"type": "string"},
                                               "description": {"type": "string"}}},

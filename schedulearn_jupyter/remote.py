@@ -164,6 +164,12 @@ class RemoteManager:
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
         return await self._fetch("PUT", "policy", {"policy": name})
 
+    async def pause(self, reason: Any, user: str = "") -> dict[str, Any]:
+        return await self._fetch("PUT", "pause", {"reason": reason})
+
+    async def resume(self, user: str = "") -> dict[str, Any]:
+        return await self._fetch("DELETE", "pause")
+
     async def gpus(self) -> dict[str, Any]:
         data = await self._fetch("GET", "gpus")
         if isinstance(data, dict) and "executor" in data:  # its paths are another machine's, maybe

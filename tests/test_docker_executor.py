@@ -114,6 +114,12 @@ class MemoryStore:
     def set_policy(self, name):
         self.policy = name
 
+    def get_setting(self, key):
+        return None
+
+    def set_setting(self, key, value):
+        pass
+
 
 def show_env(d, *args: str) -> list[str]:
     return [d.python, str(JOBS / "show_env.py"), *args]

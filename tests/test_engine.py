@@ -329,6 +329,49 @@ def test_a_job_that_cannot_start_fails_and_frees_its_gpus_for_the_next():
     assert good.state is JobState.running
 
 
+def test_a_pause_starts_and_moves_nothing_until_resumed_and_survives_a_restart(tmp_path):
+    """An operator's pause: no queued job starts, no running job is preempted or resized (LAS
+    would preempt the long job for the newcomers; elastic-fifo would shrink it); running jobs
+    end as ever; queued ones say why they wait; a restarted engine stays paused; a resume starts
+    the queue at once."""
+    from schedulearn.store import SqlStore
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    for policy in ("las", "elastic-fifo"):
+        store = SqlStore(url)
+        e = engine(policy, gpus=4, store=store)
+        e.set_policy(policy)
+        seen = []
+        e.listeners.append(lambda ev, seen=seen: ev["type"] == "paused" and seen.append(ev["paused"]))
+        size = {"gpus": 4} if policy == "las" else {"gpus": "auto", "min_gpus": 1, "max_gpus": 4}
+        big = e.submit(JobSpec(**size, duration=1_000_000), now=0)
+        e.round(0)
+
+        def gpus(job):
+            return sum(len(g) for g in job.alloc.values())
+
+        assert big.state is JobState.running and gpus(big) == 4
+        paused = e.pause("carol", "reboot at 19:00", now=10)
+        assert paused == {"by": "carol", "since": 10, "reason": "reboot at 19:00"} and seen == [paused]
+        small = [e.submit(JobSpec(gpus=1, duration=5), now=20) for _ in range(2)]
+        for t in (20, 400, 4000, 40_000):  # (unpaused, LAS preempts it by 40 000 s)
+            e.executor.advance(t)
+            e.round(t, tick=True)
+            assert gpus(big) == 4 and big.restarts == 0, (policy, t)
+            assert all(j.state is JobState.queued for j in small)
+        why = e.waiting_reason(small[0])
+        assert why.startswith("waiting: scheduling paused by carol (reboot at 19:00); "), why
+        store.close()
+        again = engine(policy, gpus=4, store=SqlStore(url))  # a restart
+        assert again.paused == paused
+        again.resume("carol", now=50_000)
+        assert again.paused is None
+        again.round(50_000)
+        assert all(again.get(j.id).state is JobState.running for j in small), policy
+        again.store.close()
+        (tmp_path / "s.db").unlink()
+
+
 def test_set_policy_takes_effect_at_the_next_round_and_keeps_running_jobs():
     e = engine(gpus=4)
     a = e.submit(JobSpec(gpus=3, duration=100), now=0)

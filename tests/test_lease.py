@@ -24,7 +24,8 @@ from tests.test_server_live import Serve, alive, wait_for
 pytestmark = pytest.mark.slow
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)]),
+       "SCHEDULEARN_SERVE_TOKEN": "t"}  # (in the environment: on the command line it is a warning line)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -36,7 +37,7 @@ def store_url(request, tmp_path: Path) -> str:
 
 def serve_args(home: Path, store: str, port: int) -> list[str]:
     return [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(port), "--store", store,
-            "--job-root", str(home / "jobs"), "--token", "t", "--virtual-gpus", "1", "--tick", "0.2"]
+            "--job-root", str(home / "jobs"), "--virtual-gpus", "1", "--tick", "0.2"]  # token "t": ENV
 
 
 def second_serve(tmp_path: Path, store: str) -> subprocess.CompletedProcess:

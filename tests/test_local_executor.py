@@ -116,6 +116,12 @@ class MemoryStore:
     def set_policy(self, name):
         self.policy = name
 
+    def get_setting(self, key):
+        return None
+
+    def set_setting(self, key, value):
+        pass
+
 
 # -- python jobs -----------------------------------------------------------------------------------
 def test_python_job_succeeds_and_log_is_read_back(tmp_path):

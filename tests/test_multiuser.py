@@ -334,7 +334,7 @@ def test_an_admin_cancels_anyones_job_and_is_named(shared: Serve, python: str):
 
 def test_only_admins_switch_the_policy(shared: Serve):
     alice, carol = Client(shared.url, "alice-token"), Client(shared.url, "carol-token")
-    fifo = {"policy": "fifo", "plans_deadlines": False}
+    fifo = {"policy": "fifo", "plans_deadlines": False, "paused": None}
     assert alice.policy_info() == {**fifo, "can_switch": False, "user": "alice", "admin": False}
     assert carol.policy_info() == {**fifo, "can_switch": True, "user": "carol", "admin": True}
     with pytest.raises(ClientError) as e:
@@ -344,6 +344,18 @@ def test_only_admins_switch_the_policy(shared: Serve):
     assert alice.policy() == "fifo"
     assert carol.set_policy("las") == "las"
     assert alice.policy() == "las"
+    # pausing the scheduler is an admin's action too
+    for act in (lambda: alice.pause("mine now"), alice.resume):
+        with pytest.raises(ClientError) as e:
+            act()
+        assert e.value.status == 403
+        assert str(e.value) == ("pause: only the scheduler's admins may pause or resume it (carol); you are "
+                                "'alice' (HTTP 403)") or str(e.value).startswith("resume: only"), str(e.value)
+    assert alice.policy_info()["paused"] is None
+    assert carol.pause("maintenance")["by"] == "carol"
+    assert alice.policy_info()["paused"]["reason"] == "maintenance"  # everyone sees it
+    carol.resume()
+    assert alice.policy_info()["paused"] is None
 
 
 def test_queue_widget_is_read_only_for_non_admins(shared: Serve):

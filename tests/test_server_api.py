@@ -36,7 +36,7 @@ async def test_policies_and_policy_switch(sl_api, sl_manager):
     # the one user of an embedded server is its admin
     me = default_user()  # the OS user: a plain Jupyter server's one user
     # (admin: none is named, so no one may cancel another user's job; fifo, las: deadlines watched)
-    state = {"can_switch": True, "user": me, "admin": False, "plans_deadlines": False}
+    state = {"can_switch": True, "user": me, "admin": False, "plans_deadlines": False, "paused": None}
     assert await sl_api("GET", "policy") == (200, {"policy": "fifo", **state})
     assert await sl_api("PUT", "policy", {"policy": "las"}) == (200, {"policy": "las"})
     assert sl_manager.engine.policy.name == "las"
@@ -181,6 +181,34 @@ async def test_invalid_json_and_oversized_body(sl_api, sl_manager):
 async def test_the_user_is_the_servers_not_the_callers(sl_api):
     code, job = await sl_api("POST", "jobs", {"command": ["true"], "user": "mallory"})
     assert code == 201 and job["user"] != "mallory" and job["spec"]["user"] == job["user"]
+
+
+async def test_pause_holds_the_queue_until_resumed(sl_api, sl_manager):
+    """`PUT pause` (an admin's; here the one user): a job submitted meanwhile stays queued and
+    says why; `GET policy` and `GET pause` say who paused, since when and why; a bad reason is
+    a one-line 400 that changes nothing; `DELETE pause` starts the queue."""
+    me = default_user()
+    for body, error in ((
+            {"reason": "a\nb"}, "reason: expected one line of text (at most 200 characters), got 'a\\nb'"),
+            ({"reason": 3}, "reason: expected one line of text (at most 200 characters), got 3"),
+            ({"reason": "x" * 201}, "reason: expected one line of text (at most 200 characters), got 'xxx")):
+        code, data = await sl_api("PUT", "pause", body)
+        assert code == 400 and data["error"].startswith(error), data
+    assert (await sl_api("GET", "pause"))[1] == {"paused": None}
+    code, data = await sl_api("PUT", "pause", {"reason": "reboot at 19:00"})
+    assert code == 200 and data["paused"]["by"] == me and data["paused"]["reason"] == "reboot at 19:00"
+    assert (await sl_api("GET", "policy"))[1]["paused"] == data["paused"]
+    assert (await sl_api("GET", "pause"))[1] == data
+    code, job = await sl_api("POST", "jobs", {"name": "held", "command": SLEEP})
+    assert code == 201
+    for _ in range(10):  # rounds run (the tick is short): it stays queued
+        await asyncio.sleep(0.1)
+        code, job = await sl_api("GET", f"jobs/{job['id']}")
+        assert job["state"] == "queued", job
+    assert job["reason"].startswith(f"waiting: scheduling paused by {me} (reboot at 19:00); "), job
+    assert (await sl_api("DELETE", "pause")) == (200, {"paused": None})
+    await wait_state(sl_api, job["id"], {"running"})
+    await sl_api("DELETE", f"jobs/{job['id']}")
 
 
 async def test_cancel_someone_elses_job_is_403(sl_api, sl_manager):

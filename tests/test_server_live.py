@@ -322,6 +322,29 @@ def test_ls_shows_the_newest_jobs_and_says_when_there_are_more(live_server: Live
     assert main(["ls", *where, "--json"]) == 0
     assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ids
 
+def test_pause_and_resume_from_the_cli(live_server: LiveServer, capsys) -> None:
+    """`schedulearn pause REASON` holds the queue (an admin's; here the one user), `ls` says so
+    under its table, and `schedulearn resume` starts what waited."""
+    from schedulearn.cli import main
+
+    live_server.start()
+    where = ["--url", live_server.url, "--token", live_server.token]
+    assert main(["pause", *where, "reboot", "at", "19:00"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"scheduling paused by \S+ since \d{4}-\d\d-\d\d \d\d:\d\d \(reboot at 19:00\): "
+                        r"no job starts until an admin runs schedulearn resume", said), said
+    c = Client(live_server.url, live_server.token)
+    job = c.submit({"name": "held", "command": ["true"]})
+    assert main(["ls", *where]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == said and "scheduling paused by" in lines[-2]  # its row says why it waits
+    assert main(["resume", *where]) == 0
+    assert capsys.readouterr().out == "scheduling resumed\n"
+    wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the held job to run")
+    assert main(["ls", *where]) == 0
+    assert "paused" not in capsys.readouterr().out
+
+
 def test_cancelling_several_jobs_starts_none_of_them(live_server: LiveServer, capsys) -> None:
     """`schedulearn cancel RUNNING QUEUED...`: the queued ones are cancelled first, newest first,
     so that stopping the running job (or the one first in line) does not start the next one

@@ -29,7 +29,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from schedulearn import deadlines
-from schedulearn.client import printable
+from schedulearn.client import paused_text, printable
 from schedulearn.model import JobSpec, SpecError, gpus_from_text
 from traitlets import Bool, Float, Int
 
@@ -53,7 +53,7 @@ SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus au
                        "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 LOGS_LINES = 1000  # what `%schedulearn logs ID` shows unless told otherwise (--tail N, --all)
 SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", "job ID", "policy [NAME]",
-               "gpus")
+               "pause [REASON]", "resume", "gpus")
 #: the option that sets each JobSpec field (the model's messages name fields)
 OPTIONS = {"gpus": "--gpus", "min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "launcher": "--launcher",
            "image": "--image", "name": "--name", "env": "--env", "priority": "--priority", "script": "cell",
@@ -360,7 +360,7 @@ class SchedulearnMagics(Magics):
     @line_magic("schedulearn")
     def schedulearn_line(self, line: str) -> Any:
         """%schedulearn queue | ls | logs ID | script ID | cancel ID | result ID | job ID | policy [NAME]
-        | gpus"""
+        | pause [REASON] | resume | gpus"""
         try:
             words = shlex.split(line)
         except ValueError as e:
@@ -372,7 +372,7 @@ class SchedulearnMagics(Magics):
         handlers = {
             "queue": self._queue, "ls": self._ls, "logs": self._logs, "script": self._script,
             "cancel": self._cancel, "result": self._result, "job": self._job, "policy": self._policy,
-            "gpus": self._gpus,
+            "pause": self._pause, "resume": self._resume, "gpus": self._gpus,
         }
         if cmd not in handlers:
             allowed = ", ".join(SUBCOMMANDS)
@@ -388,6 +388,8 @@ class SchedulearnMagics(Magics):
                 "%schedulearn result ID      a job's result (a job still running: followed to its end)\n"
                 "%schedulearn job ID         a handle of a job (a live job widget): after a kernel restart\n"
                 "%schedulearn policy [NAME]  show the policies, or switch to NAME\n"
+                "%schedulearn pause [REASON] pause scheduling: nothing starts or moves (admins)\n"
+                "%schedulearn resume         resume scheduling\n"
                 "%schedulearn gpus           the GPU inventory\n"
                 "%%schedulearn --help        the cell magic's options")
 
@@ -416,6 +418,8 @@ class SchedulearnMagics(Magics):
     def _ls(self, rest: list[str]) -> None:
         self._no_args("ls", rest)
         print(views.text_table(self._call(self.client.jobs)))
+        if paused := self._call(self.client.policy_info).get("paused"):
+            print(paused_text(paused, resume="%schedulearn resume"))
 
     def _logs(self, rest: list[str]) -> None:
         """`logs ID [--tail N | --all]`: the log's last `LOGS_LINES` lines by default (a log of
@@ -512,6 +516,15 @@ class SchedulearnMagics(Magics):
         for p in self._call(self.client.policies):
             mark = "*" if p["name"] == current else " "
             print(f"{mark} {p['name']:<14} {p.get('description', '')}")
+
+    def _pause(self, rest: list[str]) -> None:
+        paused = self._call(self.client.pause, " ".join(rest))
+        print(paused_text(paused, resume="%schedulearn resume"))
+
+    def _resume(self, rest: list[str]) -> None:
+        self._no_args("resume", rest)
+        self._call(self.client.resume)
+        print("scheduling resumed")
 
     def _gpus(self, rest: list[str]) -> None:
         self._no_args("gpus", rest)

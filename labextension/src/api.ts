@@ -5,7 +5,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IEvent, IJob, INode, IPolicyInfo, IPolicyState } from './types';
+import { IEvent, IJob, INode, IPaused, IPolicyInfo, IPolicyState } from './types';
 
 export const API_PATH = 'schedulearn/api';
 
@@ -100,10 +100,20 @@ export class SchedulearnApi {
    * server names admins; a server without `can_switch` lets everyone), and whether they are one of
    * the named admins (who may also cancel anyone's job). */
   async policyInfo(): Promise<IPolicyState> {
-    const r = await this.request<{ policy: string; can_switch?: boolean; user?: string; admin?: boolean }>(
-      'policy'
-    );
-    return { policy: r.policy, canSwitch: r.can_switch !== false, user: r.user ?? '', admin: r.admin === true };
+    const r = await this.request<{
+      policy: string;
+      can_switch?: boolean;
+      user?: string;
+      admin?: boolean;
+      paused?: IPaused | null;
+    }>('policy');
+    return {
+      policy: r.policy,
+      canSwitch: r.can_switch !== false,
+      user: r.user ?? '',
+      admin: r.admin === true,
+      paused: r.paused ?? null
+    };
   }
 
   async setPolicy(policy: string): Promise<string> {

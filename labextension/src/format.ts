@@ -1,5 +1,5 @@
 /** Pure formatting helpers (no JupyterLab imports, so they are unit-tested under plain Node). */
-import { Allocation, FINAL_STATES, IJob, JobState } from './types';
+import { Allocation, FINAL_STATES, IJob, IPaused, JobState } from './types';
 
 export function isFinal(state: JobState): boolean {
   return FINAL_STATES.includes(state);
@@ -207,4 +207,11 @@ export function clock(t: number, seconds = false): string {
   const d = new Date(t * 1000);
   const hm = `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
   return seconds ? `${hm}:${String(d.getSeconds()).padStart(2, '0')}` : hm;
+}
+
+/** The sidebar's line while an admin has paused scheduling: `Scheduling paused by carol at 18:40
+ * (reboot at 19:00): no job starts until an admin resumes it.` */
+export function pausedText(paused: IPaused): string {
+  const why = paused.reason ? ` (${paused.reason})` : '';
+  return `Scheduling paused by ${paused.by || '?'} at ${clock(paused.since)}${why}: no job starts until an admin resumes it.`;
 }

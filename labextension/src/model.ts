@@ -129,14 +129,14 @@ export class SchedulearnModel {
 
   private async _refresh(): Promise<void> {
     try {
-      const [nodes, jobs, { policy, canSwitch, user, admin }, policies] = await Promise.all([
+      const [nodes, jobs, { policy, canSwitch, user, admin, paused }, policies] = await Promise.all([
         this.api.gpus(),
         this.api.jobs(),
         this.api.policyInfo(),
         this._snapshot?.policies.length ? Promise.resolve(this._snapshot.policies) : this.api.policies()
       ]);
       const before = this._snapshot ? new Map(this._snapshot.jobs.map(j => [j.id, j.state])) : null;
-      this._snapshot = { nodes, jobs, policy, canSwitch, user, admin, policies, now: Date.now() / 1000 };
+      this._snapshot = { nodes, jobs, policy, canSwitch, user, admin, paused, policies, now: Date.now() / 1000 };
       for (const job of jobs) {
         const was = before?.get(job.id);
         if (was !== undefined && !isFinal(was) && isFinal(job.state)) {

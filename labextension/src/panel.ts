@@ -4,7 +4,7 @@ import { caretDownEmptyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { h } from './dom';
-import { clock, formatSpan } from './format';
+import { clock, formatSpan, pausedText } from './format';
 import { renderGpuGrid } from './gpus';
 import { IJobActions, renderJobsTable } from './jobs';
 import { SchedulearnModel } from './model';
@@ -27,6 +27,7 @@ export class SchedulearnPanel extends Widget {
   private _banner = h('div', { class: 'jp-schedulearn-banner', hidden: true });
   private _policy = h('select', { class: 'jp-schedulearn-policy jp-mod-styled', title: 'Scheduling policy' });
   private _policyNote = h('div', { class: 'jp-schedulearn-policy-note' });
+  private _paused = h('div', { class: 'jp-schedulearn-paused', hidden: '' });
   private _gpus = h('div', { class: 'jp-schedulearn-section-body' });
   private _jobs = h('div', { class: 'jp-schedulearn-section-body' });
   private _timeline = h('div', { class: 'jp-schedulearn-section-body jp-schedulearn-timeline' });
@@ -62,7 +63,7 @@ export class SchedulearnPanel extends Widget {
       this._banner,
       section(
         'Policy',
-        h('div', { class: 'jp-schedulearn-section-body' }, this._policyBox, this._policyNote),
+        h('div', { class: 'jp-schedulearn-section-body' }, this._policyBox, this._policyNote, this._paused),
         'jp-schedulearn-policy-section'
       ),
       section('GPUs', this._gpus, 'jp-schedulearn-gpus-section'),
@@ -107,6 +108,8 @@ export class SchedulearnPanel extends Widget {
     }
     this._updated.textContent = `updated ${clock(snap.now, true)}`;
     this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
+    this._paused.hidden = !snap.paused;
+    this._paused.textContent = snap.paused ? pausedText(snap.paused) : '';
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(
       renderJobsTable(snap.jobs, snap.now, this._options, { user: snap.user, admin: snap.admin })

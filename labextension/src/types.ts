@@ -82,6 +82,15 @@ export interface IPolicyState {
   user: string;
   /** One of the scheduler's named admins (`--admins`): may cancel anyone's job. */
   admin: boolean;
+  /** An admin's pause of scheduling (nothing starts or moves), or null. */
+  paused: IPaused | null;
+}
+
+/** Who paused scheduling, since when (epoch seconds), and why. */
+export interface IPaused {
+  by: string;
+  since: number;
+  reason: string;
 }
 
 /** Everything the sidebar shows, fetched in one refresh. */
@@ -95,6 +104,8 @@ export interface ISnapshot {
   user: string;
   /** One of the scheduler's named admins: Cancel is enabled on everyone's jobs. */
   admin: boolean;
+  /** Scheduling paused by an admin: shown under the policy. */
+  paused: IPaused | null;
   policies: IPolicyInfo[];
   /** Client time (seconds) of the refresh. */
   now: number;

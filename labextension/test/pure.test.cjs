@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock, pausedText } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -160,4 +160,12 @@ test('clock: the 24-hour time of day, as the timeline axis and the header both s
   assert.equal(clock(t), '14:05');
   assert.equal(clock(t, true), '14:05:09');
   assert.equal(clock(new Date(2026, 0, 2, 3, 4, 5).getTime() / 1000, true), '03:04:05');
+});
+
+test('pausedText', () => {
+  const at = new Date(2026, 10, 29, 18, 40).getTime() / 1000;
+  assert.equal(pausedText({ by: 'carol', since: at, reason: 'reboot at 19:00' }),
+    'Scheduling paused by carol at 18:40 (reboot at 19:00): no job starts until an admin resumes it.');
+  assert.equal(pausedText({ by: '', since: at, reason: '' }),
+    'Scheduling paused by ? at 18:40: no job starts until an admin resumes it.');
 });

@@ -178,6 +178,13 @@ class Client:
     def set_policy(self, name: str) -> str:
         return self.request("PUT", "policy", {"policy": name})["policy"]
 
+    def pause(self, reason: str = "") -> dict[str, Any]:
+        """Pause scheduling (admins): nothing starts or moves until `resume`; who, since, why."""
+        return self.request("PUT", "pause", {"reason": reason})["paused"]
+
+    def resume(self) -> None:
+        self.request("DELETE", "pause")
+
     def gpus(self) -> dict[str, Any]:
         return self.request("GET", "gpus")
 
@@ -432,6 +439,15 @@ def printable(text: str) -> str:
     cannot move the cursor, clear the screen or shift the columns of the terminal it is printed
     to (a job named before names were checked, a reason quoting what a job printed)."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def paused_text(paused: dict[str, Any], resume: str = "schedulearn resume") -> str:
+    """`scheduling paused by carol since 2026-11-29 18:40 (reboot at 19:00): ...` (`GET policy`'s
+    `paused`), under the CLI's and the magics' job tables."""
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(paused["since"]))
+    why = f" ({paused['reason']})" if paused.get("reason") else ""
+    return (f"scheduling paused by {paused['by'] or '?'} since {since}{why}: no job starts until an admin "
+            f"runs {resume}")
 
 
 def shown_gpus(job: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""`schedulearn submit|ls|logs|script|cancel|policy|gpus`: the API from a terminal.
+"""`schedulearn submit|ls|logs|script|cancel|policy|pause|resume|gpus`: the API from a terminal.
 
 Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
 `SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from . import deadlines
-from .client import Client, ClientError, Reconnecting, empty_log_note, follow_pages, printable, shown_gpus
+from .client import (
+    Client,
+    ClientError,
+    Reconnecting,
+    empty_log_note,
+    follow_pages,
+    paused_text,
+    printable,
+    shown_gpus,
+)
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
-COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "gpus")
+COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "pause", "resume", "gpus")
 
 
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -95,6 +104,19 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.add_argument("name", nargs="?", help="the policy to switch to")
     p.set_defaults(func=cmd_policy)
+
+    p = subparsers.add_parser(
+        "pause", help="pause scheduling: nothing starts or moves until resume (admins)",
+        description="Pause scheduling (maintenance, a demo that needs the GPUs): no queued job starts and "
+                    "no running job is preempted or resized until `schedulearn resume`; running jobs run "
+                    "on. Admins only.")
+    _common(p)
+    p.add_argument("reason", nargs="*", help="why, for everyone to see (one line)")
+    p.set_defaults(func=cmd_pause)
+
+    p = subparsers.add_parser("resume", help="resume scheduling after a pause (admins)")
+    _common(p)
+    p.set_defaults(func=cmd_resume)
 
     p = subparsers.add_parser("gpus", help="the GPU inventory and who holds each GPU")
     _common(p)
@@ -268,7 +290,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     saying so when there are more; `--json` gives all of them unless `--limit` says."""
     cut = LS_ROWS if args.limit is None and not args.all and not args.json else None
     try:
-        jobs = _client(args).jobs(args.state, args.user, args.limit if cut is None else cut + 1)
+        client = _client(args)
+        jobs = client.jobs(args.state, args.user, args.limit if cut is None else cut + 1)
+        paused = None if args.json else client.policy_info().get("paused")
     except ClientError as e:
         return _fail(str(e))
     if args.json:
@@ -285,6 +309,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     _table(rows)
     if more:
         print(f"(the newest {cut} jobs; --all lists every one, --limit N the newest N)")
+    if paused:
+        print(paused_text(paused))
     return 0
 
 
@@ -388,6 +414,30 @@ def cmd_policy(args: argparse.Namespace) -> int:
         print(f"{mark} {p['name']:<14} {p['description']}")
     if not can_switch:
         print("(only the scheduler's admins can switch the policy)")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    try:
+        paused = _client(args).pause(" ".join(args.reason))
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json({"paused": paused})
+    else:
+        print(paused_text(paused))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    try:
+        _client(args).resume()
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json({"paused": None})
+    else:
+        print("scheduling resumed")
     return 0
 
 

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -63,6 +64,8 @@ TIME_LIMIT, TIME_LIMIT_EXIT = "time-limit", 124
 FILES_REMOVED = "files_removed"
 #: `Job.extra`: the admin who cancelled a job that was not theirs (`Engine.cancel`)
 CANCELLED_BY = "cancelled_by"
+#: the store's setting for an operator's pause (`Engine.pause`): JSON, or "" while not paused
+PAUSED = "paused"
 
 
 class JobNotFound(KeyError):
@@ -85,6 +88,8 @@ class Store(Protocol):
     def add_event(self, job_id: int | None, kind: str, data: dict[str, Any], t: float) -> None: ...
     def get_policy(self) -> str | None: ...
     def set_policy(self, name: str) -> None: ...
+    def get_setting(self, key: str) -> str | None: ...
+    def set_setting(self, key: str, value: str) -> None: ...
 
 
 class StoreWriteFailed(RuntimeError):
@@ -155,9 +160,13 @@ class Engine:
         executor.bind(self)
         stored = store.get_policy() if store is not None else None
         self.policy = self._configure(policies.create(stored) if stored else self._as_policy(policy))
+        #: an operator's pause (`pause`): who, since when, why; None while jobs are scheduled
+        self.paused: dict[str, Any] | None = None
         if store is not None:
             if not stored:
                 store.set_policy(self.policy.name)
+            paused = store.get_setting(PAUSED)
+            self.paused = json.loads(paused) if paused else None
             self._restore(store.load_jobs())
 
     @staticmethod
@@ -270,6 +279,32 @@ class Engine:
         self._emit({"type": "policy", "policy": policy.name})
         self.wake()
         return policy
+
+    def pause(self, by: str, reason: str = "", now: float | None = None) -> dict[str, Any]:
+        """Stop scheduling (an operator's maintenance, a demo that needs the GPUs): no queued job
+        starts and no running job is preempted, grown or shrunk until `resume`; running jobs
+        run on, and end, are cancelled and stopped at their time limits as ever. Kept in the
+        store (a restart stays paused). Pausing again changes who and why, not since when."""
+        now = self.clock() if now is None else now
+        since = self.paused["since"] if self.paused else now
+        paused = {"by": by, "since": since, "reason": reason}
+        self._set_paused(paused, "paused", now)
+        return paused
+
+    def resume(self, by: str, now: float | None = None) -> None:
+        """Schedule again (a round at once)."""
+        if self.paused is not None:
+            self._set_paused(None, "resumed", self.clock() if now is None else now, by=by)
+
+    def _set_paused(self, paused: dict[str, Any] | None, kind: str, now: float, **data: Any) -> None:
+        if self.store is not None:  # first: a failing store leaves things as they were
+            with self.store.transaction():
+                self.store.set_setting(PAUSED, json.dumps(paused) if paused else "")
+                self.store.add_event(None, kind, {**(paused or {}), **data}, now)
+        self.paused = paused
+        self._next_change = -math.inf
+        self._emit({"type": "paused", "paused": paused})
+        self.wake()
 
     def set_nodes(self, nodes: Iterable[Node]) -> None:
         """Replace the inventory (refresh, node up or down). Jobs on vanished GPUs keep running
@@ -493,6 +528,10 @@ class Engine:
         else:
             text = f"waiting: needs {need} GPU{'' if need == 1 else 's'}, {free} free"
         text += f"; {_ordinal(i + 1)} in line of {len(self._qkeys)}"
+        if self.paused is not None:
+            why = f" ({self.paused['reason']})" if self.paused.get("reason") else ""
+            paused = f"waiting: scheduling paused by {self.paused['by'] or '?'}{why}; "
+            return paused + text.removeprefix("waiting: ")
         if need <= free:  # it fits: the policy (or a round not run yet) holds it back
             text += f"; the {self.policy.name} policy starts it when it comes first"
         return text
@@ -544,8 +583,8 @@ class Engine:
 
     def _round(self, now: float) -> None:
         policy = self.policy
-        if not self._qjobs and not policy.elastic:
-            return
+        if self.paused is not None or (not self._qjobs and not policy.elastic):
+            return  # (paused: nothing starts or moves)
         if not policy.elastic and self._queued_gpus <= self.pool.total:
             # Everything waiting fits: every non-elastic policy starts it all, nothing else moves
             # (one-process jobs first: the others may take what is left on any host).

@@ -36,7 +36,7 @@ from .events import EventHub, EventStream, Subscription
 from .executors import registry
 from .executors.base import Executor
 from .inventory import HostInventory
-from .model import SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
+from .model import CONTROL, SIMULATION_ONLY, Job, JobSpec, JobState, Node, SpecError
 
 if TYPE_CHECKING:
     from .store import SqlStore
@@ -187,6 +187,8 @@ class Manager(Protocol):
     async def policies(self) -> list[dict[str, str]]: ...
     async def policy(self, user: str = "") -> dict[str, Any]: ...
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]: ...
+    async def pause(self, reason: Any, user: str = "") -> dict[str, Any]: ...
+    async def resume(self, user: str = "") -> dict[str, Any]: ...
     async def gpus(self) -> dict[str, Any]: ...
     async def submit(self, data: Any, user: str) -> dict[str, Any]: ...
     async def list_jobs(self, state: str | None = None, user: str | None = None,
@@ -421,7 +423,8 @@ class SchedulerService:
 
     async def policy(self, user: str = "") -> dict[str, Any]:
         return {"policy": self.engine.policy.name, "can_switch": self.can_switch(user), "user": user,
-                "admin": self.is_admin(user), "plans_deadlines": self.engine.policy.plans_deadlines}
+                "admin": self.is_admin(user), "plans_deadlines": self.engine.policy.plans_deadlines,
+                "paused": self.engine.paused}
 
     async def set_policy(self, name: Any, user: str = "") -> dict[str, str]:
         if not self.can_switch(user):
@@ -437,6 +440,29 @@ class SchedulerService:
             raise ApiError(str(e)) from None
         log.info("schedulearn: policy switched to %s by %s", policy.name, user or "?")
         return {"policy": policy.name}
+
+    async def pause(self, reason: Any, user: str = "") -> dict[str, Any]:
+        """Pause scheduling (`Engine.pause`): an admin's action, as switching the policy is."""
+        self._check_admin("pause", user)
+        reason = "" if reason is None else reason
+        if not isinstance(reason, str) or len(reason) > 200 or CONTROL.search(reason):
+            raise ApiError(f"reason: expected one line of text (at most 200 characters), got {reason!r:.80}")
+        paused = self.engine.pause(user, reason.strip())
+        log.info("schedulearn: scheduling paused by %s%s", user or "?", f": {reason}" if reason else "")
+        return {"paused": paused}
+
+    async def resume(self, user: str = "") -> dict[str, Any]:
+        self._check_admin("resume", user)
+        if self.engine.paused is not None:
+            self.engine.resume(user)
+            log.info("schedulearn: scheduling resumed by %s", user or "?")
+        return {"paused": None}
+
+    def _check_admin(self, what: str, user: str) -> None:
+        if not self.can_switch(user):
+            raise Forbidden(f"{what}: only the scheduler's admins may pause or resume it "
+                            f"({', '.join(self.settings.admins or []) or 'none configured'}); "
+                            f"you are {user!r}")
 
     async def gpus(self) -> dict[str, Any]:
         return self._gpus()

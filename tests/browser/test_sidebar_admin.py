@@ -43,3 +43,19 @@ def test_an_admin_cancels_another_users_job_from_the_sidebar(
     dialog.locator("button.jp-mod-accept").click()
     wait_until(lambda: alice.job(theirs["id"])["state"] == "cancelled", what="alice's job cancelled")
     assert alice.job(theirs["id"])["reason"] == "cancelled by carol (an admin)"
+
+
+def test_a_pause_shows_under_the_policy_until_resumed(lab_page: Any, shared_serve: str, shot: Any) -> None:  # noqa: F811
+    """An admin's pause of scheduling is said in everyone's sidebar (a queued job would otherwise
+    wait there without a word), and goes when scheduling resumes; the panel follows the events."""
+    carol = Client(shared_serve, "carol-token")
+    panel = open_sidebar(lab_page)
+    note = panel.locator(".jp-schedulearn-paused")
+    assert note.is_hidden()
+    carol.pause("reboot at 19:00")
+    wait_until(note.is_visible, what="the pause in the panel")
+    assert note.inner_text().startswith("Scheduling paused by carol at ")
+    assert note.inner_text().endswith(" (reboot at 19:00): no job starts until an admin resumes it.")
+    shot(lab_page, "sidebar-paused", panel)
+    carol.resume()
+    wait_until(note.is_hidden, what="the pause to go")

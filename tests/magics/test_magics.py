@@ -336,6 +336,14 @@ def test_line_magics(shell: InteractiveShell, client: Client, capsys: pytest.Cap
     assert "* las" in out and "fifo" in out
     shell.run_cell("%schedulearn policy fifo")
     assert client.policy() == "fifo"
+    capsys.readouterr()
+    shell.run_cell("%schedulearn pause a demo at 3pm")
+    assert client.policy_info()["paused"]["reason"] == "a demo at 3pm"
+    assert "(a demo at 3pm): no job starts until an admin runs %schedulearn resume" in capsys.readouterr().out
+    shell.run_cell("%schedulearn ls")
+    assert "scheduling paused by" in capsys.readouterr().out.splitlines()[-1]
+    shell.run_cell("%schedulearn resume")
+    assert client.policy_info()["paused"] is None and capsys.readouterr().out == "scheduling resumed\n"
     shell.run_cell("%schedulearn gpus")
     out = capsys.readouterr().out
     assert "(virtual)" in out and out.count("virtual GPU") == GPUS

@@ -609,6 +609,11 @@ def test_jupyter_extension_using_a_remote_scheduler(serve: Serve, tmp_path: Path
         with pytest.raises(ClientError) as e:
             via_jupyter.submit({"command": []})
         assert e.value.status == 400 and "command" in str(e.value)
+        for act in (lambda: via_jupyter.pause("mine"), via_jupyter.resume):  # passed on: alice is no admin
+            with pytest.raises(ClientError) as e:
+                act()
+            assert e.value.status == 403 and "only the scheduler's admins may pause" in str(e.value)
+        assert via_jupyter.policy_info()["paused"] is None
     finally:
         jupyter.stop()
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from schedulearn.client import ClientError, Reconnecting
+from schedulearn.client import ClientError, Reconnecting, paused_text
 
 from . import views
 from .handle import FINAL_STATES, JobHandle
@@ -161,9 +161,11 @@ def follow_in_background(handle: JobHandle, view: JobView, poll: float = 1.0) ->
 # --- the queue, as text -------------------------------------------------------------------------
 def queue_text(client: Any, limit: int = 50) -> str:
     names, _ = policy_names(client)
-    current = client.policy()
+    info = client.policy_info()
+    current = info["policy"]
     others = ", ".join(n for n in names if n != current)
-    return f"policy: {current} (others: {others})\n" + views.text_table(recent_jobs(client, limit))
+    paused = f"{paused_text(info['paused'], resume='%schedulearn resume')}\n" if info.get("paused") else ""
+    return f"policy: {current} (others: {others})\n{paused}" + views.text_table(recent_jobs(client, limit))
 
 
 def policy_names(client: Any) -> tuple[list[str], dict[str, str]]:

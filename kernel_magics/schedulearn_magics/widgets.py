@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import ipywidgets as w
+from schedulearn.client import paused_text
 from traitlets import Float, Int, Unicode
 
 from . import views
@@ -142,9 +143,10 @@ class QueueWidget(w.VBox):
         self.dropdown.observe(self._on_choose, names="value")
         self.descriptions = descriptions
         self.message = w.HTML()
+        self.paused = w.HTML()  # an admin's pause of scheduling, while there is one
         self.table = w.HTML()
         self.table.add_class("schedulearn-queue-table")
-        super().__init__([w.HBox([self.dropdown, self.message]), self.table])
+        super().__init__([w.HBox([self.dropdown, self.message]), self.paused, self.table])
         self.add_class("schedulearn-queue")
         self.refresh()
         self._thread = threading.Thread(target=self._loop, name="schedulearn-queue", daemon=True)
@@ -206,6 +208,11 @@ class QueueWidget(w.VBox):
             self.message.value = f"<span>policy now {html.escape(current)} (switched elsewhere)</span>"
         if self.dropdown.disabled != (not info.get("can_switch", True)):
             self._show_can_switch(info.get("can_switch", True))
+        paused = info.get("paused")
+        note = ("" if not paused else "<div style='border-left:3px solid #b58900;padding-left:6px'>"
+                f"{html.escape(paused_text(paused, resume='%schedulearn resume'))}</div>")
+        if self.paused.value != note:
+            self.paused.value = note
         self.table.value = views.html_table(jobs)
         self.jobs = jobs
 

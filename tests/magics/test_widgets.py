@@ -114,6 +114,23 @@ def test_queue_dropdown_follows_a_switch_made_elsewhere(queue: Any, client: Clie
     assert client.policy() == "elastic-fifo"  # following did not switch anything back
 
 
+def test_queue_widget_says_when_scheduling_is_paused(queue: Any, client: Client) -> None:
+    """An admin's pause shows above the table (a queued job would wait there without a word),
+    and goes when scheduling resumes; the text view (no widgets) says it too."""
+    from schedulearn_magics.watch import queue_text
+
+    assert queue.paused.value == ""
+    client.pause("a demo at 3pm")
+    try:
+        wait_for(lambda: "a demo at 3pm" in queue.paused.value, timeout=10, what="the pause in the widget")
+        assert "scheduling paused by " in queue.paused.value
+        assert "(a demo at 3pm): no job starts until an admin runs %schedulearn resume" in queue_text(client)
+    finally:
+        client.resume()
+    wait_for(lambda: queue.paused.value == "", timeout=10, what="the pause to go")
+    assert "paused" not in queue_text(client)
+
+
 def test_old_queue_widgets_stop_polling(client: Client) -> None:
     from schedulearn_magics import widgets
 

@@ -28,7 +28,7 @@ def check_host_workdir(spec: JobSpec, account: Any = None) -> None:
     """For an executor that runs jobs in a directory of the scheduler's machine (local; Slurm, on
     a shared file system): a `workdir` that is not a directory there, or that the job's OS
     account (`account`, the shared set-up) cannot enter, is refused at submission, rather than
-    failing the job when its turn comes (checked again at each start: `JobDirExecutor.workdir`)."""
+    failing the job when its turn comes (checked again at each start: `JobDirExecutor.host_workdir`)."""
     if spec.workdir is None:
         return
     if not Path(spec.workdir).is_dir():

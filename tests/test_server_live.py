@@ -322,6 +322,41 @@ def test_ls_shows_the_newest_jobs_and_says_when_there_are_more(live_server: Live
     assert main(["ls", *where, "--json"]) == 0
     assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ids
 
+def test_show_prints_one_job_in_full(live_server: LiveServer, capsys, tmp_path: Path) -> None:
+    """`schedulearn show ID`: a line per field, the whole reason (`ls` cuts it at 90 characters),
+    where it ran, its times, its command quoted as a shell would; `--json` the job's dict; an
+    unknown id is one line and exit status 1."""
+    from schedulearn.cli import main
+
+    live_server.start()
+    where = ["--url", live_server.url, "--token", live_server.token]
+    c = Client(live_server.url, live_server.token)
+    done = c.submit({"name": "quoted", "command": [sys.executable, "-c", "print('hi there')"],
+                     "env": {"SECRET_KEY": "s3"}, "time_limit": 600, "workdir": str(tmp_path)})
+    wait_for(lambda: c.job(done["id"])["state"] == "succeeded", what="the job to end")
+    assert main(["show", *where, str(done["id"])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    fields = {line[:11].rstrip().rstrip(":"): line[12:] for line in lines}
+    assert fields["job"] == f"{done['id']} 'quoted' of {c.job(done['id'])['user']}: succeeded"
+    assert fields["gpus"].startswith("held 1 on ")
+    assert fields["command"] == f"{sys.executable} -c 'print('\"'\"'hi there'\"'\"')'"
+    assert fields["workdir"] == str(tmp_path) and fields["env"] == "SECRET_KEY"  # names, not values
+    assert fields["ran"].endswith(" of its time limit 10 min") and fields["exit code"] == "0"
+    assert {"submitted", "started", "ended"} <= set(fields) and "s3" not in "".join(lines)
+    c.pause("the driver upgrade of the whole lab, announced on the mailing list last Monday")
+    try:
+        held = c.submit({"name": "held", "command": ["true"]})
+        assert main(["show", *where, str(held["id"])]) == 0
+        reason = c.job(held["id"])["reason"]
+        assert len(reason) > 90 and f"reason:     {reason}" in capsys.readouterr().out.splitlines()
+    finally:
+        c.resume()
+    assert main(["show", *where, "--json", str(done["id"])]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == done["id"]
+    assert main(["show", *where, "999"]) == 1
+    assert capsys.readouterr().err.strip() == "schedulearn: job: no job with id 999 (HTTP 404)"
+
+
 def test_pause_and_resume_from_the_cli(live_server: LiveServer, capsys) -> None:
     """`schedulearn pause REASON` holds the queue (an admin's; here the one user), `ls` says so
     under its table, and `schedulearn resume` starts what waited."""

@@ -1,4 +1,4 @@
-"""`schedulearn submit|ls|logs|script|cancel|policy|pause|resume|gpus`: the API from a terminal.
+"""`schedulearn submit|ls|show|logs|script|cancel|policy|pause|resume|gpus`: the API from a terminal.
 
 Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
 `SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from .client import (
 )
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
-COMMANDS = ("submit", "ls", "logs", "script", "cancel", "policy", "pause", "resume", "gpus")
+COMMANDS = ("submit", "ls", "show", "logs", "script", "cancel", "policy", "pause", "resume", "gpus")
 
 
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -89,6 +90,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.set_defaults(func=cmd_logs)
+
+    p = subparsers.add_parser("show", help="one job in full: why it waits or ended, where, when",
+                              description="One job in full, a line per field: its whole reason (ls cuts it), "
+                                          "where it runs, its times, what it asked for and runs.")
+    _common(p)
+    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
+    p.set_defaults(func=cmd_show)
 
     p = subparsers.add_parser("script", help="print the script a job runs")
     _common(p, json_flag=False)
@@ -337,6 +345,68 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `schedulearn logs 7 | head`
         return _reader_gone()
     return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        job = _client(args).job(args.job_id)
+    except ClientError as e:
+        return _fail(str(e))
+    if args.json:
+        _print_json(job)
+        return 0
+    for key, value in job_fields(job):
+        print(f"{key + ':':<11} {printable(value)}")
+    return 0
+
+
+def job_fields(job: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
+    """`schedulearn show`'s lines: (field, text), the fields a job has."""
+    now = time.time() if now is None else now
+    spec = job.get("spec") or {}
+    fields = [("job", f"{job['id']} {job.get('name', '')!r} of {job.get('user') or '?'}: {job['state']}")]
+    if job.get("reason"):
+        fields.append(("reason", job["reason"]))
+    alloc = job.get("alloc") or job.get("last_alloc") or {}
+    where = "; ".join(f"{node} {', '.join(map(str, idx))}" for node, idx in alloc.items())
+    asked = str(spec.get("gpus", 1))
+    if spec.get("gpus") == "auto" or spec.get("min_gpus") or spec.get("max_gpus"):
+        asked += f" ({spec.get('min_gpus') or 1}..{spec.get('max_gpus') or '?'})"
+    if alloc:
+        got = shown_gpus(job)
+        fields.append(("gpus", f"{'holds' if job.get('gpus') else 'held'} {got} on {where}" +
+                       (f" (asked {asked})" if asked != got else "")))
+    else:
+        fields.append(("gpus", f"asks for {asked}"))
+    if spec.get("command"):
+        fields.append(("command", shlex.join(spec["command"])))
+    elif job.get("script_bytes") is not None:
+        fields.append(("script", f"{job['script_bytes']} bytes (schedulearn script {job['id']})"))
+    fields.append(("launcher", spec.get("launcher") or "python"))
+    for key in ("workdir", "image", "priority"):
+        if spec.get(key):
+            fields.append((key, str(spec[key])))
+    if spec.get("env"):
+        fields.append(("env", ", ".join(sorted(spec["env"]))))
+    for key, what in (("submit_time", "submitted"), ("start_time", "started"), ("end_time", "ended")):
+        if job.get(key):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job[key]))
+            fields.append((what, f"{stamp} ({deadlines.fmt_minutes(now - job[key])} ago)"))
+    if job.get("run_s"):
+        limit = spec.get("time_limit")
+        fields.append(("ran", deadlines.fmt_minutes(job["run_s"]) +
+                       (f" of its time limit {deadlines.fmt_minutes(limit)}" if limit else "")))
+    if job.get("restarts"):
+        fields.append(("restarts", str(job["restarts"])))
+    if (progress := _progress(job)) not in ("-", "done"):
+        fields.append(("progress", progress))
+    if deadline := deadlines.deadline_text(job, now).removeprefix("deadline "):
+        fields.append(("deadline", deadline))
+    if job.get("exit_code") is not None:
+        fields.append(("exit code", str(job["exit_code"])))
+    if job.get("files_removed"):
+        fields.append(("files", "its directory was removed (keep_job_dirs): no log, no result"))
+    return fields
 
 
 def cmd_script(args: argparse.Namespace) -> int:

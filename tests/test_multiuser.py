@@ -505,7 +505,7 @@ def test_users_whose_jobs_will_be_refused_are_named_at_start(accounts: dict[str,
     s = Serve(home, "--tokens", str(tokens), "--user-map", "same", "--virtual-gpus", "1")
     s.stop()
     out = s.proc.stdout.read().decode()
-    said = [line.split(" WARNING ", 1)[1] for line in out.splitlines() if " WARNING schedulearn: " in line]
+    said = [line.split(" WARNING ", 1)[1] for line in out.splitlines() if " will be refused: " in line]
     assert said == [f"schedulearn: the jobs of {ghost} will be refused: no OS account {ghost!r} on this host",
                     "schedulearn: the jobs of root will be refused: 'root' maps to 'root', which is root; "
                     "jobs never run as root"], out

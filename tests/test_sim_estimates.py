@@ -153,7 +153,7 @@ def test_a_run_that_ends_between_reports_reports_where_it_ended():
     assert reported > 0
     job.alloc = {}  # as `Engine._move` leaves it when no GPU is left for it
     ex.stop(job, "preempt", 100.0)
-    assert link.exits == [(1, -15, "preempt", 100.0)]
+    assert link.exits == [(1, -15, "preempted", 100.0)]  # (the reason, as a live run's)
     truth = get_profile("cifar10").fraction_done(ex.progress(job, 100.0))
     assert job.extra["reports"]["progress"] == pytest.approx(truth) and truth > reported * 1.5
 

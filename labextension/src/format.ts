@@ -211,7 +211,13 @@ export function clock(t: number, seconds = false): string {
 
 /** The sidebar's line while an admin has paused scheduling: `Scheduling paused by carol at 18:40
  * (reboot at 19:00): no job starts until an admin resumes it.` */
-export function pausedText(paused: IPaused): string {
+export function pausedText(paused: IPaused, now: number = Date.now() / 1000): string {
   const why = paused.reason ? ` (${paused.reason})` : '';
-  return `Scheduling paused by ${paused.by || '?'} at ${clock(paused.since)}${why}: no job starts until an admin resumes it.`;
+  const day = (t: number) => {
+    const d = new Date(t * 1000);
+    return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, '0')}-${String(d.getDate()).padStart(2, '0')}`;
+  };
+  // a pause may last days (a maintenance): its date unless it began today
+  const when = day(paused.since) === day(now) ? `at ${clock(paused.since)}` : `on ${day(paused.since)} ${clock(paused.since)}`;
+  return `Scheduling paused by ${paused.by || '?'} ${when}${why}: no job starts until an admin resumes it.`;
 }

@@ -109,7 +109,7 @@ export class SchedulearnPanel extends Widget {
     this._updated.textContent = `updated ${clock(snap.now, true)}`;
     this._renderPolicy(snap.policy, snap.policies, snap.canSwitch);
     this._paused.hidden = !snap.paused;
-    this._paused.textContent = snap.paused ? pausedText(snap.paused) : '';
+    this._paused.textContent = snap.paused ? pausedText(snap.paused, snap.now) : '';
     this._gpus.replaceChildren(renderGpuGrid(snap.nodes, snap.jobs));
     this._jobs.replaceChildren(
       renderJobsTable(snap.jobs, snap.now, this._options, { user: snap.user, admin: snap.admin })

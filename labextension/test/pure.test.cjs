@@ -164,8 +164,11 @@ test('clock: the 24-hour time of day, as the timeline axis and the header both s
 
 test('pausedText', () => {
   const at = new Date(2026, 10, 29, 18, 40).getTime() / 1000;
-  assert.equal(pausedText({ by: 'carol', since: at, reason: 'reboot at 19:00' }),
+  assert.equal(pausedText({ by: 'carol', since: at, reason: 'reboot at 19:00' }, at + 600),
     'Scheduling paused by carol at 18:40 (reboot at 19:00): no job starts until an admin resumes it.');
-  assert.equal(pausedText({ by: '', since: at, reason: '' }),
+  assert.equal(pausedText({ by: '', since: at, reason: '' }, at + 60),
     'Scheduling paused by ? at 18:40: no job starts until an admin resumes it.');
+  // begun another day: its date too
+  assert.equal(pausedText({ by: 'carol', since: at, reason: '' }, at + 2 * 86400),
+    'Scheduling paused by carol on 2026-11-29 18:40: no job starts until an admin resumes it.');
 });

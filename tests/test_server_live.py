@@ -357,6 +357,50 @@ def test_show_prints_one_job_in_full(live_server: LiveServer, capsys, tmp_path: 
     assert capsys.readouterr().err.strip() == "schedulearn: job: no job with id 999 (HTTP 404)"
 
 
+def test_trace_writes_the_finished_jobs_for_the_simulator_to_replay(live_server: LiveServer, capsys,
+                                                                    tmp_path: Path) -> None:
+    """`schedulearn trace -o FILE`: the jobs that ran, as a rigid trace `simulate` replays on the
+    shape it suggests (the server's 4 virtual GPUs); jobs still running or never started are left
+    out and counted; replayed under FIFO, jobs that never waited finish no later than they did."""
+    from schedulearn.cli import main
+
+    live_server.start()
+    where = ["--url", live_server.url, "--token", live_server.token]
+    c = Client(live_server.url, live_server.token)
+    nap = [sys.executable, "-c", "import time; time.sleep(1)"]
+    ran = [c.submit({"name": "two, wide", "gpus": 2, "command": nap})["id"],
+           c.submit({"name": "due", "command": nap, "deadline": "1h"})["id"]]
+    for i in ran:
+        wait_for(lambda i=i: c.job(i)["state"] == "succeeded", what="a job to end")
+    c.pause("for the test")
+    never = c.submit({"name": "never", "command": ["true"]})["id"]
+    c.cancel(never)
+    c.resume()
+    running = c.submit({"name": "long", "command": SLEEP})["id"]
+    wait_for(lambda: c.job(running)["state"] == "running", what="the long job to run")
+    out = tmp_path / "lab.csv"
+    try:
+        assert main(["trace", *where, "-o", str(out)]) == 0
+    finally:
+        c.cancel(running)
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].endswith(f"written to {out}; left out: 1 never started, 1 not finished yet"), said
+    assert said[0].startswith("2 jobs submitted ") and said[1].startswith("as they ran here: avg JCT ")
+    assert said[2] == ("replay them on this scheduler's GPUs: "
+                       f"schedulearn simulate {out} --policy all --cluster 1x4")
+    lines = out.read_text().splitlines()
+    assert lines[0] == "name,submit_time,gpus,duration,deadline"
+    rows = [ln.rsplit(",", 4) for ln in lines[1:]]
+    assert [(r[0], r[2]) for r in rows] == [('"two, wide"', "2"), ("due", "1")]
+    assert rows[0][4] == "" and 3590 < float(rows[1][4]) <= 3600  # '1h' as of its submission
+    assert all(1 <= float(r[3]) < 10 for r in rows), rows  # a second's nap, as run
+    assert main(["simulate", str(out), "--policy", "fifo", "--cluster", "1x4", "--json", "-q"]) == 0
+    replay = json.loads(capsys.readouterr().out)[0]
+    live = [c.job(i) for i in ran]
+    assert replay["jobs"] == 2 and replay["deadline_met"] == 1.0
+    assert replay["avg_jct_s"] <= sum(j["end_time"] - j["submit_time"] for j in live) / 2
+
+
 def test_pause_and_resume_from_the_cli(live_server: LiveServer, capsys) -> None:
     """`schedulearn pause REASON` holds the queue (an admin's; here the one user), `ls` says so
     under its table, and `schedulearn resume` starts what waited."""

@@ -333,7 +333,7 @@ def _print_results(rows: list[dict[str, Any]], hosts: int, gpus: int) -> None:
         for r, line in zip(rows, body, strict=True):
             line += [f"{100 * r['deadline_met']:.1f}% of {r['deadline_jobs']}",
                      f"{r['avg_tardiness_s']:,.0f}"]
-    print(f"{hosts} hosts, {gpus} GPUs")
+    print(f"{hosts} host{'s' if hosts != 1 else ''}, {gpus} GPU{'s' if gpus != 1 else ''}")
     _table([head] + body, right=range(1, len(head)))
 
 

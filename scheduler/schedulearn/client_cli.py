@@ -1,4 +1,4 @@
-"""`schedulearn submit|ls|show|logs|script|cancel|policy|pause|resume|gpus`: the API from a terminal.
+"""`schedulearn submit|ls|show|logs|script|cancel|policy|pause|resume|gpus|trace`: the API from a terminal.
 
 Each command finds the server like `schedulearn.client` does (`--url`/`--token`, then
 `SCHEDULEARN_URL`/`SCHEDULEARN_TOKEN`, then the running Jupyter server's runtime file) and prints
@@ -11,12 +11,14 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import deadlines
+from . import deadlines, history
 from .client import (
     Client,
     ClientError,
@@ -29,7 +31,7 @@ from .client import (
 )
 from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
 
-COMMANDS = ("submit", "ls", "show", "logs", "script", "cancel", "policy", "pause", "resume", "gpus")
+COMMANDS = ("submit", "ls", "show", "logs", "script", "cancel", "policy", "pause", "resume", "gpus", "trace")
 
 
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -129,6 +131,23 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("gpus", help="the GPU inventory and who holds each GPU")
     _common(p)
     p.set_defaults(func=cmd_gpus)
+
+    p = subparsers.add_parser(
+        "trace", help="the finished jobs as a trace for schedulearn simulate (replay them under any policy)",
+        description="Write the scheduler's finished jobs as a rigid trace (name,submit_time,gpus,duration"
+                    "[,deadline]) that `schedulearn simulate` replays under any policy: what would another "
+                    "policy have made of them? A job's gpus are those it held (on average), its duration "
+                    "its run time; jobs not finished or never started are left out (counted on stderr).",
+        epilog="example:\n  schedulearn trace --since 30d -o lab.csv\n"
+               "  schedulearn simulate lab.csv --policy all --cluster 1x4",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p, json_flag=False)
+    p.add_argument("-o", "--output", metavar="FILE", type=Path, help="write it here (default: stdout)")
+    p.add_argument("--since", metavar="WHEN",
+                   help="only jobs submitted since: a duration back from now (30d, 12h) "
+                        "or a date (2026-11-01)")
+    p.add_argument("--user", help="only this user's jobs")
+    p.set_defaults(func=cmd_trace)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -529,6 +548,60 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     _table(rows)
     if data.get("note"):  # no GPUs: why, and what to do
         print(f"({data['note']})")
+    return 0
+
+
+def since_time(text: str, now: float | None = None) -> float:
+    """`--since`: a duration back from `now` (`30d`, `12h`) or a date/time (`2026-11-01`)."""
+    now = time.time() if now is None else now
+    try:
+        return now - deadlines.parse_duration(text, "--since")
+    except SpecError:
+        pass
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ClientError(f"--since: expected a duration back from now (30d, 12h, 90m) or a date "
+                          f"(2026-11-01, 2026-11-01 09:00), got {text!r}") from None
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    try:
+        since = since_time(args.since) if args.since else None
+        client = _client(args)
+        trace = history.from_jobs(client.jobs(user=args.user), since)
+        shape, note = history.cluster_shape(client.gpus())
+    except ClientError as e:
+        return _fail(str(e))
+    left = ", ".join(f"{n} {why}" for why, n in sorted(trace.left_out.items()))
+    if not trace.rows:
+        return _fail("trace: no finished job" + (f" of {args.user}" if args.user else "")
+                     + (f" since {args.since}" if args.since else "") + " to write"
+                     + (f" (left out: {left})" if left else ""))
+    text = trace.csv_text()
+    if args.output is None:
+        sys.stdout.write(text)
+        target = "FILE"
+    else:
+        tmp = args.output.with_name(f".{args.output.name}.tmp")
+        try:
+            tmp.write_text(text)
+            tmp.replace(args.output)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            return _fail(f"output: cannot write {args.output} ({e.strerror})")
+        target = shlex.quote(str(args.output))
+    span = " to ".join(dict.fromkeys(
+        f"{datetime.fromtimestamp(t):%Y-%m-%d %H:%M}" for t in (trace.first_submit, trace.last_submit)))
+    print(f"{len(trace.rows)} job{'s' if len(trace.rows) != 1 else ''} submitted {span}"
+          + (f" written to {args.output}" if args.output else "") + (f"; left out: {left}" if left else ""),
+          file=sys.stderr)
+    jcts = trace.jcts
+    print(f"as they ran here: avg JCT {statistics.fmean(jcts):.0f} s, p50 {statistics.median(jcts):.0f} s, "
+          f"max {max(jcts):.0f} s (JCT: finish - submit, as simulate's)", file=sys.stderr)
+    if shape:
+        print(f"replay them on this scheduler's GPUs{note}: schedulearn simulate {target} --policy all "
+              f"--cluster {shape}", file=sys.stderr)
     return 0
 
 

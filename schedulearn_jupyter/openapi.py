@@ -342,10 +342,15 @@ def _document() -> dict[str, Any]:
                                                                    "deadlines (qoe, edf); under the "
                                                                    "others they are only shown"},
                                                "paused": _ref("Paused")}},
-                "Paused": {"type": ["object", "null"], "description": "an admin's pause of scheduling",
+                "Paused": {"type": ["object", "null"],
+                           "description": "an admin's pause of scheduling, or the scheduler's own (by "
+                                          "'schedulearn': the job root's disk is full), which has `until`",
                            "properties": {"by": {"type": "string"},
                                           "since": {"type": "number", "description": "epoch seconds"},
-                                          "reason": {"type": "string"}}},
+                                          "reason": {"type": "string"},
+                                          "until": {"type": "string",
+                                                    "description": "the scheduler's own pause: when "
+                                                                   "it ends by itself"}}},
                 "PauseState": {"type": "object", "required": ["paused"],
                                "properties": {"paused": _ref("Paused")}},
                 "PolicyInfo": {"type": "object", "required": ["name", "description"],

@@ -699,3 +699,100 @@ def test_step_times_a_job_reports_reach_the_policy(tmp_path):
             assert estimate(job, time.time()).max_gpus == 2  # 2 x the largest size reported
 
     asyncio.run(main())
+
+
+def test_a_full_job_root_pauses_scheduling_until_it_has_space_again(tmp_path):
+    """The job root's disk full (under `min_free_bytes` free, measured on the real file system
+    with the threshold raised past what is free): no queued job starts — they wait, none fails —
+    and everyone sees why in a pause of the scheduler's own that ends by itself once there is
+    space; an admin's pause is never lifted by it. A job that ends while the disk is full says so
+    first in its reason. (Before: every queued job failed in turn, `could not start: No space
+    left on device`, and a job killed by the full disk gave its log's cut last line.)"""
+    from schedulearn.engine import SELF_PAUSER
+    from schedulearn.executors.jobdir import free_bytes
+
+    def full(ex: LocalExecutor) -> None:
+        ex.min_free_bytes = free_bytes(ex.job_root) + 2**40
+
+    async def main():
+        async with live(tmp_path / "jobs") as (eng, ex):
+            ending = eng.submit({"name": "ending",
+                                 "command": [PY, "-c", "import time; time.sleep(1); exit(3)"]})
+            await wait_for(lambda: ending.state is JobState.running, 30, "the first job to run")
+            full(ex)
+            await wait_for(lambda: eng.paused is not None, 5, "the scheduler's own pause")
+            assert eng.paused["by"] == SELF_PAUSER and eng.paused["until"].endswith("free again")
+            assert eng.paused["reason"].startswith(f"the disk of the job root {ex.job_root} is full: under ")
+            waiting = eng.submit({"name": "waiting", "command": [PY, "-c", "print('ran')"]})
+            await wait_for(final(eng, ending.id), 30, "the running job to end (it runs on)")
+            assert ending.state is JobState.failed and ending.reason.startswith(
+                f"the disk of {ex.job_dir(ending.id)} was full as it ended ("), ending.reason
+            await asyncio.sleep(1.0)  # five ticks: still waiting, with the pause as its reason
+            assert waiting.state is JobState.queued and waiting.start_time is None
+            assert eng.waiting_reason(waiting).startswith(
+                f"waiting: scheduling paused by {SELF_PAUSER} (the disk")
+            ex.min_free_bytes = 0  # space freed: it resumes by itself
+            await wait_for(final(eng, waiting.id), 30, "the waiting job to run once there is space")
+            assert waiting.state is JobState.succeeded and eng.paused is None
+            eng.pause("carol", "driver upgrade")  # an admin's pause: the disk's state lifts nothing
+            full(ex)
+            eng.wake()
+            await asyncio.sleep(0.5)
+            ex.min_free_bytes = 0
+            eng.wake()
+            await asyncio.sleep(0.5)
+            assert eng.paused is not None and eng.paused["by"] == "carol" and "until" not in eng.paused
+            eng.resume("carol")
+
+    asyncio.run(main())
+
+
+def test_a_start_that_fails_as_the_disk_fills_leaves_the_job_waiting(tmp_path):
+    """The disk fills between a round's check and a start (another writer): the start fails
+    with ENOSPC, and the job goes back to the queue as it was (not started, no restart) instead
+    of failing, the scheduler pauses, and the job runs once there is space."""
+    import errno
+
+    from schedulearn.engine import SELF_PAUSER
+    from schedulearn.executors.jobdir import free_bytes
+
+    async def main():
+        async with live(tmp_path / "jobs") as (eng, ex):
+            prepare = ex.prepare
+
+            def filled(job, now):
+                ex.min_free_bytes = free_bytes(ex.job_root) + 2**40
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            ex.prepare = filled
+            seen: list[dict] = []
+            eng.listeners.append(seen.append)
+            job = eng.submit({"name": "unlucky", "command": [PY, "-c", "print('ran')"]})
+            await wait_for(lambda: eng.paused is not None, 5, "the scheduler's own pause")
+            assert job.state is JobState.queued and job.start_time is None and job.restarts == 0
+            assert eng.pool.total == 4 and not job.alloc
+            said = [e["job"]["reason"] for e in seen if e.get("event") == "requeued"]
+            assert len(said) == 1
+            assert said[0].startswith(f"waiting: scheduling paused by {SELF_PAUSER} (the disk")
+            ex.prepare = prepare
+            ex.min_free_bytes = 0
+            await wait_for(final(eng, job.id), 30, "the job to run once there is space")
+            assert job.state is JobState.succeeded and job.restarts == 0 and "ran" in ex.logs(job.id)
+
+    asyncio.run(main())
+
+
+def test_sizes_and_the_self_pause_in_words():
+    from schedulearn.client import paused_text
+    from schedulearn.executors.jobdir import size_text
+
+    assert [size_text(n) for n in (0, 1023, 512 * 1024, 64 * 2**20, 1.5 * 2**30, 3 * 2**40)] == [
+        "0 B", "1023 B", "512 KiB", "64 MiB", "1.5 GiB", "3072 GiB"]
+    since = time.mktime((2026, 11, 29, 21, 0, 0, 0, 0, -1))
+    full = {"by": "schedulearn", "since": since, "until": "it has 64 MiB free again",
+            "reason": "the disk of the job root /srv/jobs is full: under 64 MiB free"}
+    assert paused_text(full) == (
+        "scheduling paused by schedulearn since 2026-11-29 21:00 (the disk of the job root /srv/jobs is "
+        "full: under 64 MiB free): no job starts until it has 64 MiB free again")
+    admins = paused_text({**full, "by": "carol", "until": None})
+    assert admins.endswith("until an admin runs schedulearn resume")

@@ -219,5 +219,6 @@ export function pausedText(paused: IPaused, now: number = Date.now() / 1000): st
   };
   // a pause may last days (a maintenance): its date unless it began today
   const when = day(paused.since) === day(now) ? `at ${clock(paused.since)}` : `on ${day(paused.since)} ${clock(paused.since)}`;
-  return `Scheduling paused by ${paused.by || '?'} ${when}${why}: no job starts until an admin resumes it.`;
+  const until = paused.until ? paused.until : 'an admin resumes it';
+  return `Scheduling paused by ${paused.by || '?'} ${when}${why}: no job starts until ${until}.`;
 }

@@ -91,6 +91,8 @@ export interface IPaused {
   by: string;
   since: number;
   reason: string;
+  /** the scheduler's own pause (the job root's disk is full): when it ends by itself */
+  until?: string;
 }
 
 /** Everything the sidebar shows, fetched in one refresh. */

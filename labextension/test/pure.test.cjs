@@ -171,4 +171,9 @@ test('pausedText', () => {
   // begun another day: its date too
   assert.equal(pausedText({ by: 'carol', since: at, reason: '' }, at + 2 * 86400),
     'Scheduling paused by carol on 2026-11-29 18:40: no job starts until an admin resumes it.');
+  // the scheduler's own pause ends by itself
+  const full = { by: 'schedulearn', since: at, reason: 'the disk of the job root /srv/jobs is full: under 64 MiB free',
+    until: 'it has 64 MiB free again' };
+  assert.equal(pausedText(full, at + 60), 'Scheduling paused by schedulearn at 18:40 (the disk of the job root '
+    + '/srv/jobs is full: under 64 MiB free): no job starts until it has 64 MiB free again.');
 });

@@ -66,6 +66,8 @@ FILES_REMOVED = "files_removed"
 CANCELLED_BY = "cancelled_by"
 #: the store's setting for an operator's pause (`Engine.pause`): JSON, or "" while not paused
 PAUSED = "paused"
+#: who pauses scheduling when the executor says no job can start (`Engine.check_blocker`)
+SELF_PAUSER = "schedulearn"
 
 
 class JobNotFound(KeyError):
@@ -296,8 +298,39 @@ class Engine:
         if self.paused is not None:
             self._set_paused(None, "resumed", self.clock() if now is None else now, by=by)
 
-    def _set_paused(self, paused: dict[str, Any] | None, kind: str, now: float, **data: Any) -> None:
-        if self.store is not None:  # first: a failing store leaves things as they were
+    def check_blocker(self, now: float) -> bool:
+        """Pause scheduling on its own while the executor says that no job can start for a reason
+        of the machine (`Executor.start_blocker`: the job root's disk is full), rather than fail
+        every queued job in turn; resume when it no longer says so (not an admin's pause, which
+        stays until an admin resumes). The pause is everyone's to see, as an admin's: its `until`
+        says when it ends. True while paused so."""
+        blocker = self.executor.start_blocker()
+        mine = self.paused is not None and self.paused.get("by") == SELF_PAUSER and "until" in self.paused
+        if blocker is None:
+            if mine:
+                log.info("schedulearn: scheduling resumed: %s", self.paused["until"])  # type: ignore[index]
+                self._self_paused(None, "resumed", now, by=SELF_PAUSER)
+            return False
+        why, until = blocker
+        if self.paused is None or (mine and self.paused["reason"] != why):
+            log.warning("schedulearn: scheduling paused: %s; no job starts until %s", why, until)
+            since = self.paused["since"] if self.paused else now
+            paused = {"by": SELF_PAUSER, "since": since, "reason": why, "until": until}
+            self._self_paused(paused, "paused", now)
+        return self.paused is not None
+
+    def _self_paused(self, paused: dict[str, Any] | None, kind: str, now: float, **data: Any) -> None:
+        """`_set_paused`, or, when the store cannot take it (an SQLite store on the full disk),
+        in memory: the pause must hold all the same."""
+        try:
+            self._set_paused(paused, kind, now, **data)
+        except Exception as e:  # noqa: BLE001 - the store's error, whichever it is
+            log.warning("schedulearn: scheduling %s, not stored (in force all the same): %s", kind, _line(e))
+            self._set_paused(paused, kind, now, store=False, **data)
+
+    def _set_paused(self, paused: dict[str, Any] | None, kind: str, now: float, store: bool = True,
+                    **data: Any) -> None:
+        if self.store is not None and store:  # first: a failing store leaves things as they were
             with self.store.transaction():
                 self.store.set_setting(PAUSED, json.dumps(paused) if paused else "")
                 self.store.add_event(None, kind, {**(paused or {}), **data}, now)
@@ -418,13 +451,20 @@ class Engine:
         now = self.clock() if now is None else now
         if job is not None and job.state is JobState.running and job.stopping is None:
             self._untrack(job)
-            before = job.attained_base, job.run_base  # what it had at this run's start: it never ran
-            self._release(job, now)
-            job.attained_base, job.run_base = before
-            job.state = JobState.queued
-            self._track(job)
-            self._changed(job, "requeued", now, reason=reason)
+            self._requeue(job, now, reason)
         self.set_nodes(nodes)  # (after the release: GPUs held outside are not given back as free)
+
+    def _requeue(self, job: Job, now: float, reason: str,
+                 before: tuple[float, float, float | None] | None = None) -> None:
+        """Back to the queue, untracked `job` whose run never ran (withdrawn, or a start that
+        failed for a reason of the machine): no restart counted, its service as at this run's
+        start (`before`: its attained and run time, and first start, before `_start` set them)."""
+        attained, run, started = before or (job.attained_base, job.run_base, job.start_time)
+        self._release(job, now)
+        job.attained_base, job.run_base, job.start_time = attained, run, started
+        job.state = JobState.queued
+        self._track(job)
+        self._changed(job, "requeued", now, reason=reason)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` on the engine's loop (thread-safe): scheduled there while the loop
@@ -555,6 +595,7 @@ class Engine:
 
     def round(self, now: float | None = None, tick: bool = False) -> None:
         now = self.clock() if now is None else now
+        self.check_blocker(now)
         if self._limited:
             self._stop_overrun(now)  # (at every tick: a limit is wall-clock, whatever the policy)
         if not self._dirty and not self._unsynced and not (tick and self._tick_due(now)):
@@ -777,6 +818,8 @@ class Engine:
         return alloc if alloc is not None else self._one_host(job, n, place(job, n, self.pool))
 
     def _start(self, job: Job, n: int, now: float, host: str | None = None) -> None:
+        if self.paused is not None:
+            return  # (paused in this round: a start failed for want of disk)
         alloc = self._place(job, n, host, self.policy.place)
         if alloc is None:
             return  # GPUs still held by stopping jobs, or not on one host: a later round places it
@@ -787,6 +830,7 @@ class Engine:
             if j.start_time is None:
                 j.start_time = now
 
+        started = job.start_time
         try:  # the intent first: a crash from here on finds it (`_restore`)
             self._ahead(job, "starting", now, starting, run=job.restarts, alloc=_alloc_data(alloc))
         except BaseException:
@@ -798,6 +842,10 @@ class Engine:
         except Exception as e:  # whatever it is, it fails this job alone, and its GPUs are free
             if not isinstance(e, (ExecutorError, OSError)):  # (those say it all in one line)
                 log.warning("job %s: launch failed", job.id, exc_info=True)
+            if self.check_blocker(now):  # not the job's fault (the disk is full): it waits
+                self._requeue(job, now, f"{launch_failure(e)}; it waits: {self.paused['reason']}",
+                              before=(job.attained_base, job.run_base, started))
+                return
             self._finish(job, JobState.failed, None, launch_failure(e), now)
             return
         job.state = JobState.running

@@ -107,6 +107,13 @@ class Executor:
         workers that held them are gone, where `confirms_release`)."""
         raise NotImplementedError
 
+    def start_blocker(self) -> tuple[str, str] | None:
+        """Why no job can start now, for a reason of the scheduler's machine rather than of a job
+        (the job root's disk is full): (why, until when), or None. Asked at every round and
+        tick; while it says so the engine pauses scheduling on its own (`Engine.check_blocker`),
+        and resumes it when it no longer does. Default: never."""
+        return None
+
     def advance(self, now: float) -> None:
         """Called before every round: a simulated executor reports the ends of runs up to `now`;
         live executors report ends as they happen (see `jobdir.JobDirExecutor.advance`)."""

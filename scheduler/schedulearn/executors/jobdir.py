@@ -38,8 +38,32 @@ def check_host_workdir(spec: JobSpec, account: Any = None) -> None:
                         f"{account.name}, which cannot enter it (the permissions of it or of a folder above)")
 
 
+#: the job root's free space below which no job starts (the scheduler pauses itself): a job's
+#: start writes its bundle (a cell's variables may be megabytes) and its log grows from there
+MIN_FREE_BYTES = 64 * 2**20
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on `path`'s file system, for an unprivileged writer (None: not known)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def size_text(n: float) -> str:
+    """`0 B`, `512 KiB`, `63.9 MiB`, `1.2 GiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 or n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 class JobDirExecutor(Executor):
     job_root: Path
+    min_free_bytes: int = MIN_FREE_BYTES
     #: user name -> `accounts.Account` to run that user's jobs as (None: the server's account)
     run_as: Callable[[str], Any] | None = None
 
@@ -51,6 +75,33 @@ class JobDirExecutor(Executor):
             return self.run_as(spec.user or "")
         except SpecError as e:  # never fall back to the server's account
             raise ExecutorError(str(e)) from None
+
+    def start_blocker(self) -> tuple[str, str] | None:
+        """The job root's disk is full (under `min_free_bytes` free): a start would fail, or
+        the job soon after, unable to write its log."""
+        free = free_bytes(self.job_root)
+        if free is None or free >= self.min_free_bytes:
+            return None
+        need = size_text(self.min_free_bytes)
+        return (f"the disk of the job root {self.job_root} is full: under {need} free",
+                f"it has {need} free again")
+
+    def disk_note(self, *paths: Path | str | None) -> str:
+        """`the disk of /srv/jobs was full (0 B free)` for each of `paths` whose file system is
+        under `min_free_bytes` free: said in a failed job's reason, its likely cause."""
+        seen, notes = set(), []
+        for path in paths:
+            if path is None:
+                continue
+            try:
+                dev = os.stat(path).st_dev
+            except OSError:
+                continue
+            free = free_bytes(Path(path))
+            if dev not in seen and free is not None and free < self.min_free_bytes:
+                notes.append(f"the disk of {path} was full as it ended ({size_text(free)} free)")
+            seen.add(dev)
+        return "; ".join(notes)
 
     def host_workdir(self, job_id: int, spec: JobSpec, account: Any) -> Path:
         """Where a run starts, for an executor that runs jobs in this machine's directories: the
@@ -75,8 +126,8 @@ class JobDirExecutor(Executor):
         try:
             return self._prepare(job, now)
         except OSError as e:  # e.g. a link the job left in place of main.py: this job fails, not the round
-            raise ExecutorError(f"job {job.id}: cannot prepare its directory: {e.strerror}: "
-                                f"{e.filename}") from None
+            raise ExecutorError(f"job {job.id}: cannot prepare its directory: {e.strerror}"
+                                + (f": {e.filename}" if e.filename else "")) from None
 
     def _prepare(self, job: Job, now: float) -> Path:
         d = self.job_dir(job.id)

@@ -238,7 +238,12 @@ class RunExecutor(JobDirExecutor):
             return stopped_reason(run.stopping, run.killed)
         if run.stopping is not None:
             return f"stopped for {run.stopping}"
-        return "" if code == 0 else self._failure(run, code)
+        if code == 0:
+            return ""
+        reason = self._failure(run, code)
+        job = self.engine.jobs.get(run.job_id) if self.engine is not None else None
+        full = self.disk_note(self.job_dir(run.job_id), job.spec.workdir if job is not None else None)
+        return f"{full}; {reason}" if full else reason  # (its likely cause first)
 
     def _run_over(self, run: Run, code: int | None, reason: str) -> None:
         """The run has ended with `code` (None: unknown): marker, bookkeeping, report."""

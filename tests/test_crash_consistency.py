@@ -1,9 +1,9 @@
-"""Crash consistency of the engine with real stores and the real local executor (issue 16 1-3,
-issue 10.4): a launch that fails for any reason fails that job alone and frees its GPUs (a
-read-only and a full job root on a real tmpfs); the store is written before anything acts
-(`starting` before a launch, a stop before the executor stops, the policy before memory); a
-`starting` job found after a restart is adopted or started again, never run twice; the GPUs a
-shrink gives up, or a job placed anew leaves, stay `releasing` until the old run exited;
+"""Crash consistency of the engine with real stores and the real local executor (issue 16 1-3, issue
+10.4): a launch that fails for any reason fails that job alone and frees its GPUs (a read-only job
+root on a real tmpfs; a full one pauses scheduling until it has space again); the store is written
+before anything acts (`starting` before a launch, a stop before the executor stops, the policy
+before memory); a `starting` job found after a restart is adopted or started again, never run twice;
+the GPUs a shrink gives up, or a job placed anew leaves, stay `releasing` until the old run exited;
 `last_alloc` survives the end of a job and a restart."""
 
 from __future__ import annotations
@@ -82,12 +82,19 @@ def _remount(mnt: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(mnt)], check=True, capture_output=True)
 
 
-def test_read_only_then_full_job_root_fails_jobs_frees_gpus_and_recovers(tiny_fs, tmp_path):
+def test_read_only_job_root_fails_jobs_a_full_one_pauses_and_both_recover(tiny_fs, tmp_path):
+    """A read-only job root fails each launch with its reason, GPUs freed; a full one (a real
+    full tmpfs) pauses scheduling instead — the jobs wait, queued in the store, GPUs free — and
+    they run once there is space (`Executor.start_blocker`; the threshold is scaled to the 64 KiB
+    file system)."""
+    from schedulearn.engine import SELF_PAUSER
+
     root = tiny_fs / "jobs"
 
     async def main():
         store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
         async with live(root, store, gpus=2) as (eng, ex):
+            ex.min_free_bytes = 16 * 1024
             # read-only: every launch fails with a reason, and the GPUs are free again
             _remount(tiny_fs, "ro")
             ro = [eng.submit({"command": [PY, "-c", "pass"], "name": f"ro{i}"}) for i in range(3)]
@@ -109,16 +116,19 @@ def test_read_only_then_full_job_root_fails_jobs_frees_gpus_and_recovers(tiny_fs
             finally:
                 os.close(fd)
             full = [eng.submit({"command": [PY, "-c", "pass"], "name": f"full{i}"}) for i in range(2)]
-            await wait_for(lambda: all(j.state.final for j in full), 20, "the launches on a full disk")
+            await wait_for(lambda: eng.paused is not None, 20, "the scheduler to pause on a full disk")
+            assert eng.paused["by"] == SELF_PAUSER and str(root) in eng.paused["reason"]
+            await asyncio.sleep(1.0)  # five ticks: nothing starts, nothing fails
             for j in full:
-                assert j.state is JobState.failed and "No space left on device" in j.reason, j.to_dict()
+                assert j.state is JobState.queued and store.get_job(j.id).state is JobState.queued
             assert eng.pool.total == 2 and not eng.running
-            # the disk is back: the next job runs
+            # the disk is back: the waiting jobs run, and the next one
             filler.unlink()
             ok = eng.submit({"command": [PY, "-c", "print('ran fine')"], "name": "ok"})
-            await wait_for(lambda: ok.state.final, 30, "the job after the disk came back")
-            assert ok.state is JobState.succeeded, ok.to_dict()
-            assert "ran fine" in ex.logs(ok.id)
+            await wait_for(lambda: all(j.state.final for j in [*full, ok]), 30,
+                           "the jobs after the disk came back")
+            assert all(j.state is JobState.succeeded for j in [*full, ok]), [j.to_dict() for j in full]
+            assert "ran fine" in ex.logs(ok.id) and eng.paused is None
         store.close()
 
     asyncio.run(main())

@@ -38,6 +38,10 @@ def test_finished_jobs_become_rows_and_the_rest_are_counted() -> None:
     assert trace.left_out == Counter({"not finished yet": 2, "never started": 1})
     assert (trace.first_submit, trace.last_submit) == (T0, T0 + 90)
     assert trace.jcts == pytest.approx([105.0, 15.0, 55.04, 5.01])
+    # busy GPU-seconds over GPUs x (last end - first submission), as `simulate` counts GPU util
+    assert trace.gpu_seconds == pytest.approx(200 + 10 + 50.04 * 2.6 + 0.01)
+    assert trace.utilization(4) == pytest.approx(trace.gpu_seconds / (4 * 115.04))
+    assert history.from_jobs([]).utilization(4) is None
     assert trace.header == RIGID_HEADER
     assert trace.csv_text().splitlines()[:4] == [
         "name,submit_time,gpus,duration", "first,0,2,100", "cancelled while running,30,1,10",
@@ -70,7 +74,7 @@ def test_the_cluster_shape_of_the_schedulers_own_gpus() -> None:
     def node(n: int) -> dict:
         return {"name": "n", "gpus": [{"index": i} for i in range(n)]}
 
-    assert history.cluster_shape({"nodes": [node(4)]}) == ("1x4", "")
-    assert history.cluster_shape({"nodes": [node(8), node(8), node(0)]}) == ("2x8", "")
-    assert history.cluster_shape({"nodes": [node(4), node(8)]}) == ("2x8", " (its hosts have 4, 8 GPUs)")
-    assert history.cluster_shape({"nodes": []}) == ("", "")
+    assert history.cluster_shape({"nodes": [node(4)]}) == ("1x4", "", 4)
+    assert history.cluster_shape({"nodes": [node(8), node(8), node(0)]}) == ("2x8", "", 16)
+    assert history.cluster_shape({"nodes": [node(4), node(8)]}) == ("2x8", " (its hosts have 4, 8 GPUs)", 12)
+    assert history.cluster_shape({"nodes": []}) == ("", "", 0)

@@ -570,7 +570,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         since = since_time(args.since) if args.since else None
         client = _client(args)
         trace = history.from_jobs(client.jobs(user=args.user), since)
-        shape, note = history.cluster_shape(client.gpus())
+        shape, note, gpus = history.cluster_shape(client.gpus())
     except ClientError as e:
         return _fail(str(e))
     left = ", ".join(f"{n} {why}" for why, n in sorted(trace.left_out.items()))
@@ -596,9 +596,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     print(f"{len(trace.rows)} job{'s' if len(trace.rows) != 1 else ''} submitted {span}"
           + (f" written to {args.output}" if args.output else "") + (f"; left out: {left}" if left else ""),
           file=sys.stderr)
-    jcts = trace.jcts
+    jcts, util = trace.jcts, trace.utilization(gpus)
     print(f"as they ran here: avg JCT {statistics.fmean(jcts):.0f} s, p50 {statistics.median(jcts):.0f} s, "
-          f"max {max(jcts):.0f} s (JCT: finish - submit, as simulate's)", file=sys.stderr)
+          f"max {max(jcts):.0f} s" + (f", GPU util {util:.1%}" if util is not None else "")
+          + " (as simulate counts them)", file=sys.stderr)
     if shape:
         print(f"replay them on this scheduler's GPUs{note}: schedulearn simulate {target} --policy all "
               f"--cluster {shape}", file=sys.stderr)

@@ -34,6 +34,16 @@ class Trace:
     last_submit: float | None = None
     #: the jobs' completion times as they ran here (end - submit), to set beside the replay's
     jcts: list[float] = field(default_factory=list)
+    gpu_seconds: float = 0.0  # the GPU-seconds the jobs written held
+    last_end: float | None = None  # epoch seconds of the last end among them
+
+    def utilization(self, gpus: int) -> float | None:
+        """Busy GPU-seconds over `gpus` x (last end - first submission): `simulate`'s `GPU util`
+        of the jobs as they ran here (None: no span, or no GPUs)."""
+        if self.first_submit is None or self.last_end is None or gpus <= 0:
+            return None
+        span = self.last_end - self.first_submit
+        return self.gpu_seconds / (gpus * span) if span > 0 else None
 
     @property
     def header(self) -> list[str]:
@@ -77,17 +87,19 @@ def from_jobs(jobs: list[dict[str, Any]], since: float | None = None) -> Trace:
         deadline = j["spec"].get("deadline")
         after = deadline - j["submit_time"] if deadline is not None else None
         trace.jcts.append(j["end_time"] - j["submit_time"])
+        trace.gpu_seconds += j.get("attained_gpu_s", run)
+        trace.last_end = max(trace.last_end or 0.0, j["end_time"])
         trace.rows.append((j["name"], round(j["submit_time"] - t0, 1), gpus, max(0.1, round(run, 1)),
                            max(0.1, round(after, 1)) if after is not None else None))
     return trace
 
 
-def cluster_shape(inventory: dict[str, Any]) -> tuple[str, str]:
-    """`simulate --cluster` for the scheduler's own GPUs (`GET gpus`), and a note when its hosts
-    differ (the shape then gives every host the most GPUs any has)."""
+def cluster_shape(inventory: dict[str, Any]) -> tuple[str, str, int]:
+    """`simulate --cluster` for the scheduler's own GPUs (`GET gpus`), a note when its hosts
+    differ (the shape then gives every host the most GPUs any has), and how many GPUs it has."""
     sizes = [len(n["gpus"]) for n in inventory.get("nodes", []) if n["gpus"]]
     if not sizes:
-        return "", ""
+        return "", "", 0
     shape = f"{len(sizes)}x{max(sizes)}"
     note = "" if len(set(sizes)) == 1 else f" (its hosts have {', '.join(map(str, sizes))} GPUs)"
-    return shape, note
+    return shape, note, sum(sizes)

@@ -314,3 +314,32 @@ def test_a_slurm_job_gets_the_allow_list_not_the_servers_environment(cluster: Sl
     assert "s3cret" not in line
     assert env["MINE"] == "from the spec" and env["SCHEDULEARN_JOB_ID"] == str(job.id)
     assert env["SLURM_JOB_ID"].isdigit()  # Slurm's own variables are there
+
+
+def test_a_job_placed_where_slurm_has_no_cpu_left_is_placed_anew(cluster: SlurmCluster,
+                                                                  tmp_path: Path) -> None:
+    """Someone's own sbatch takes every CPU of n1 and no GPU: the engine, which counts GPUs, saw
+    n1's GPUs free and placed a job there, where Slurm cannot start it (pending: Resources). It
+    waited, shown running, for as long as the outside job ran (120 s here) while n2 stood idle;
+    now the inventory marks n1's free GPUs held (its CPUs are all allocated), and a run placed
+    there from an older inventory is withdrawn and placed anew on n2 — no restart counted."""
+    ex = executor(cluster, tmp_path)
+    stale = ex.nodes()
+    outside = cluster.run("sbatch", "--parsable", "--cpus-per-task=8", "--nodelist=n1", "--output=/dev/null",
+                          "--wrap", "sleep 120").stdout.strip()
+    deadline = time.monotonic() + 30
+    while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    (n1, n2) = ex.nodes()
+    assert [g.held_by for g in n1.gpus] == [f"n1: all 8 CPUs allocated (Slurm job {outside})"] * 4
+    assert not any(g.held_by for g in n2.gpus)
+    started = time.monotonic()
+    (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 1}], nodes=stale, timeout=60)
+    log = ex.logs(job.id)
+    assert job.state is JobState.succeeded, job.reason + log
+    assert list(job.last_alloc) == ["n2"] and job.restarts == 0, (job.last_alloc, log)
+    assert time.monotonic() - started < 30  # not after the outside job's 120 s
+    said = (f"run #0 not started: its node has no room (n1: all 8 CPUs allocated (Slurm job {outside})); "
+            "placed anew")
+    assert said in log and "node n2" in log, log

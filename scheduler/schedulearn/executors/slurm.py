@@ -70,7 +70,7 @@ from .jobdir import check_host_workdir
 from .launch import build_workers, job_environment
 from .lifecycle import Run, RunExecutor, reattached_line, start_line
 from .registry import ExecutorKind, Option
-from .slurmcli import SlurmCli, SlurmError, SlurmJob, decode_exit
+from .slurmcli import SlurmCli, SlurmError, SlurmJob, SlurmNode, decode_exit
 
 if TYPE_CHECKING:
     from ..service import Settings
@@ -170,8 +170,10 @@ class SlurmExecutor(RunExecutor):
     # -- inventory -------------------------------------------------------------------------------
     def nodes(self, jobs: list[SlurmJob] | None = None) -> list[Node]:
         """The partition's nodes and their gres GPUs; GPUs held by jobs not submitted by this
-        server are marked `held_by` (`jobs`: Slurm's queue as just read, else read now). A Slurm
-        that does not answer: no nodes (logged)."""
+        server are marked `held_by` (`jobs`: Slurm's queue as just read, else read now), and so
+        are the free GPUs of a node where Slurm could start no job (all its CPUs, or memory,
+        allocated: `n1: all 8 CPUs allocated (Slurm job 12)`). A Slurm that does not answer: no
+        nodes (logged)."""
         try:
             snodes = self.cli.nodes(self.partition)
             jobs = self.cli.jobs() if jobs is None else jobs
@@ -184,6 +186,13 @@ class SlurmExecutor(RunExecutor):
                 for node, idx in j.gpus.items():
                     for i in idx:
                         held[(node, i)] = f"Slurm job {j.leader} ({j.user or 'another user'})"
+        for n in snodes:
+            if n.full:  # GPUs free, but no CPU (or memory) to start a job with them
+                ours = {i for j in jobs if j.active and self._ours(j) for i in j.gpus.get(n.name, ())}
+                why = self._full_text(n, jobs)
+                for i in range(n.gpus):
+                    if i not in ours:
+                        held.setdefault((n.name, i), why)
         return [
             Node(name=n.name, virtual=False, address=n.address, healthy=n.healthy,
                  gpus=[Gpu(index=i, uuid=f"slurm-{n.name}-gpu{i}", name="GPU (Slurm gres)", virtual=False,
@@ -193,6 +202,14 @@ class SlurmExecutor(RunExecutor):
 
     def _ours(self, j: SlurmJob) -> bool:
         return j.comment.startswith(self.tag + ":")
+
+    @staticmethod
+    def _full_text(n: SlurmNode, jobs: list[SlurmJob]) -> str:
+        """`n1: all 8 CPUs allocated (Slurm job 12)`: what holds the node's CPUs or memory."""
+        holders = sorted({j.leader for j in jobs if j.state == "RUNNING" and n.name in j.nodes})
+        by = f" (Slurm job{'s' if len(holders) > 1 else ''} {', '.join(map(str, holders))})" \
+            if holders else ""
+        return f"{n.name}: {n.full}{by}"
 
     # -- launching ---------------------------------------------------------------------------------
     def _launch(self, job_id: int, spec: JobSpec, alloc: Allocation, restarts: int) -> _Run:
@@ -359,7 +376,7 @@ class SlurmExecutor(RunExecutor):
                     if lead.state == "RUNNING":
                         self._placed(run, parts)
                     elif lead.state == "PENDING" and lead.reason == "Resources" and (
-                            taken := self._taken_outside(run, jobs)):
+                            taken := self._taken_outside(run, jobs) or self._no_room(run, jobs)):
                         self._withdraw(run, taken, jobs)
                     continue
                 self._ended(run, parts)
@@ -389,6 +406,17 @@ class SlurmExecutor(RunExecutor):
                  and outside[node] + ours.get(node, 0) + len(idx) > total[node]]
         return "; ".join(short)
 
+    def _no_room(self, run: _Run, jobs: list[SlurmJob]) -> str:
+        """Where Slurm cannot start `run` because a node it was placed on has no CPU (or memory)
+        left, its GPUs free (`its node has no room: n1: all 8 CPUs allocated (Slurm job 12)`),
+        or "" (the engine counts GPUs only: it placed the job there)."""
+        try:
+            full = {n.name: n for n in self.cli.nodes(self.partition) if n.full}
+        except (SlurmError, ExecutorError):
+            return ""
+        short = [self._full_text(full[node], jobs) for node in run.alloc if node in full]
+        return f"its node has no room ({'; '.join(short)})" if short else ""
+
     def _withdraw(self, run: _Run, taken: str, jobs: list[SlurmJob]) -> None:
         """Cancel `run`, still pending, and hand its job back to the engine to be placed anew on
         what is free now (it waited, shown running, until the outside job ended)."""
@@ -399,7 +427,9 @@ class SlurmExecutor(RunExecutor):
             del self._runs[run.job_id]
         self._cancel_quietly(run.slurm_id)
         run.gone.set()
-        reason = f"not started: its GPUs were taken outside the scheduler ({taken}); placed anew"
+        why = taken if taken.startswith("its node has no room") else \
+            f"its GPUs were taken outside the scheduler ({taken})"
+        reason = f"not started: {why}; placed anew"
         try:
             self._append_log(run, f"{joblogs.MARKER} run #{run.restarts} {reason} ===\n")
         except OSError:

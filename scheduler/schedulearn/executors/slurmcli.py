@@ -40,10 +40,23 @@ class SlurmNode:
     gpus: int
     partitions: tuple[str, ...]
     reason: str = ""
+    cpus: int = 0
+    alloc_cpus: int = 0
+    real_memory: int = 0  # MB; Slurm's default 1 when the node does not declare it
+    alloc_memory: int = 0  # MB allocated (0 where memory is not a consumable resource)
 
     @property
     def healthy(self) -> bool:
         return not (self.states & UNHEALTHY_NODE)
+
+    @property
+    def full(self) -> str:
+        """Why no job can start on the node whatever its GPUs (`all 8 CPUs allocated`), or ""."""
+        if self.cpus and self.alloc_cpus >= self.cpus:
+            return f"all {self.cpus} CPUs allocated"
+        if self.real_memory > 1 and self.alloc_memory >= self.real_memory:
+            return f"all its memory allocated ({self.real_memory} MB)"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class SlurmJob:
     exit_status: int | None  # the wait status of the batch script (code << 8 | signal)
     gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node -> GPU indices
     comment: str = ""
+    nodes: tuple[str, ...] = ()  # where it runs (GPUs or not)
 
     @property
     def active(self) -> bool:
@@ -106,7 +120,11 @@ class SlurmCli:
                 s.upper() for s in _as_list(n.get("state_flags"))}
             out.append(SlurmNode(name=n["name"], address=n.get("address") or n.get("hostname") or n["name"],
                                  states=frozenset(states), gpus=gres_count(n.get("gres", "")),
-                                 partitions=parts, reason=n.get("reason") or ""))
+                                 partitions=parts, reason=n.get("reason") or "",
+                                 cpus=int(_number(n.get("cpus")) or 0),
+                                 alloc_cpus=int(_number(n.get("alloc_cpus")) or 0),
+                                 real_memory=int(_number(n.get("real_memory")) or 0),
+                                 alloc_memory=int(_number(n.get("alloc_memory")) or 0)))
         return out
 
     def default_partition(self) -> str | None:
@@ -174,7 +192,8 @@ def parse_job(j: Mapping, hostnames=None) -> SlurmJob:
         id=int(j["job_id"]), het_id=int(_number(j.get("het_job_id")) or 0), name=j.get("name") or "",
         user=j.get("user_name") or "", partition=j.get("partition") or "",
         state=(state[0] if state else "UNKNOWN").upper(), reason=str(j.get("state_reason") or ""),
-        exit_status=_exit_status(j.get("exit_code")), gpus=gpus, comment=j.get("comment") or "")
+        exit_status=_exit_status(j.get("exit_code")), gpus=gpus, comment=j.get("comment") or "",
+        nodes=tuple(nodes or ()))
 
 
 def _as_list(value) -> list[str]:

@@ -343,3 +343,38 @@ def test_a_job_placed_where_slurm_has_no_cpu_left_is_placed_anew(cluster: SlurmC
     said = (f"run #0 not started: its node has no room (n1: all 8 CPUs allocated (Slurm job {outside})); "
             "placed anew")
     assert said in log and "node n2" in log, log
+
+
+def test_a_run_waiting_in_slurms_queue_says_so_while_shown_running(cluster: SlurmCluster,
+                                                                    tmp_path: Path) -> None:
+    """Jobs of the cluster's own take 6 of the 8 CPUs of each node; a job of the scheduler asks
+    for 4 CPUs per GPU (`slurm_sbatch_args`), so Slurm keeps it pending (Resources) on the node
+    the engine placed it on, where its GPUs are free. It is shown running (the engine cannot
+    know better), but its reason now says where it waits — `waiting in Slurm's queue
+    (Resources: …)`, an event — until it runs, and then no more."""
+    from schedulearn.engine import RUN_NOTE
+
+    outside = [cluster.run("sbatch", "--parsable", "--cpus-per-task=6", f"--nodelist={n}",
+                           "--output=/dev/null", "--wrap", "sleep 120").stdout.strip() for n in ("n1", "n2")]
+    ex = executor(cluster, tmp_path, sbatch_args=["--cpus-per-gpu=4"])
+    ex.pending_note_s = 1.0
+    said: list[str] = []
+
+    async def watch(eng, jobs):
+        (job,) = jobs
+        eng.listeners.append(lambda e: e.get("event") == "run_note" and said.append(e["job"]["reason"]))
+        await until(lambda: RUN_NOTE in job.extra, 30, "the run's wait to be said")
+        assert job.state is JobState.running
+        assert eng.job_dict(job, time.time())["reason"] == job.extra[RUN_NOTE]
+        for slurm_id in outside:
+            cluster.run("scancel", slurm_id)
+        await until(lambda: "rank 0" in ex.logs(job.id), 60, "the job to run")
+        await until(lambda: RUN_NOTE not in job.extra, 10, "the note to go once it runs")
+        assert job.state is JobState.running and eng.job_dict(job, time.time())["reason"] == ""
+
+    script = WHERE + "import time\ntime.sleep(3)\n"
+    (job,) = run_jobs(ex, [{"name": "a", "script": script, "gpus": 1}], during=watch, timeout=90)
+    assert job.state is JobState.succeeded, job.reason + ex.logs(job.id)
+    node = next(iter(job.last_alloc))
+    assert said == [f"waiting in Slurm's queue (Resources: what it asks for (GPUs, CPUs, memory) is not free "
+                    f"on {node} yet)", ""], said

@@ -68,6 +68,9 @@ CANCELLED_BY = "cancelled_by"
 PAUSED = "paused"
 #: who pauses scheduling when the executor says no job can start (`Engine.check_blocker`)
 SELF_PAUSER = "schedulearn"
+#: `Job.extra`: what the executor says of a running job's run that has not really begun
+#: (`Engine.run_note`: waiting in Slurm's queue), its `reason` while it runs
+RUN_NOTE = "run_note"
 
 
 class JobNotFound(KeyError):
@@ -364,6 +367,7 @@ class Engine:
         except Exception:
             log.warning("job %s: could not read its last reports", job_id, exc_info=True)
         self._untrack(job)
+        job.extra.pop(RUN_NOTE, None)  # (what its run's wait said is over with it)
         why, job.stopping = job.stopping, None
         if why == "preempt":
             self._release(job, now)
@@ -441,6 +445,19 @@ class Engine:
         self._changed(job, "placed", now, alloc=_alloc_data(new))
         self.set_nodes(self.nodes)  # the free pool from every job's books
 
+    def run_note(self, job_id: int, note: str, now: float | None = None) -> None:
+        """Called by an executor whose run of a running job waits outside the scheduler (pending
+        in Slurm's queue behind a job Slurm ranks higher): `note` says so, as the job's reason
+        while it runs ("" when it runs after all); an event, kept until the run's end."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.running or job.extra.get(RUN_NOTE, "") == note:
+            return
+        if note:
+            job.extra[RUN_NOTE] = note
+        else:
+            job.extra.pop(RUN_NOTE, None)
+        self._changed(job, "run_note", self.clock() if now is None else now, note=note)
+
     def withdrawn(self, job_id: int, nodes: Iterable[Node], reason: str, now: float | None = None) -> None:
         """Called by an executor that withdrew a run before it started, because what the engine
         placed it on was taken outside the scheduler since the last inventory (GPUs that another
@@ -460,6 +477,7 @@ class Engine:
         failed for a reason of the machine): no restart counted, its service as at this run's
         start (`before`: its attained and run time, and first start, before `_start` set them)."""
         attained, run, started = before or (job.attained_base, job.run_base, job.start_time)
+        job.extra.pop(RUN_NOTE, None)
         self._release(job, now)
         job.attained_base, job.run_base, job.start_time = attained, run, started
         job.state = JobState.queued
@@ -510,6 +528,8 @@ class Engine:
             d["script_bytes"] = job.script_bytes if job.script_bytes is not None else len(script.encode())
         if job.state is JobState.queued and job.stopping is None:
             d["reason"] = self.waiting_reason(job)
+        elif job.state is JobState.running and RUN_NOTE in job.extra:
+            d["reason"] = job.extra[RUN_NOTE]
         if job.spec.deadline is not None:
             d["deadline"] = job.spec.deadline
         if FILES_REMOVED in job.extra:

@@ -57,6 +57,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,9 @@ _SLURM_ENDS = {
     "CANCELLED": "cancelled in Slurm, not by the scheduler (scancel outside Schedulearn)",
 }
 _HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
+#: how long a run waits in Slurm's queue before the job's reason says so (a run is usually
+#: started within a second or two: no flicker for that)
+PENDING_NOTE_S = 10.0
 
 PARTITION = Option("slurm_partition", "", "the Slurm partition Schedulearn manages "
                    "(default: the cluster's default partition)")
@@ -109,12 +113,26 @@ class _Run(Run):
     slurm_end: str = ""  # Slurm's final state, when it is one of `_SLURM_ENDS`
     seen: bool = False  # squeue has listed it at least once
     alloc: Allocation = field(default_factory=dict)  # where the engine placed it
+    since: float = field(default_factory=time.monotonic)  # when it was submitted (or adopted)
+    note: str = ""  # what the job's reason says of its wait in Slurm's queue ("": nothing)
 
 
 @dataclass
 class _Tracked:
     runs: dict[int, _Run] = field(default_factory=dict)  # Slurm id -> run
     wake: threading.Event = field(default_factory=threading.Event)
+
+
+def pending_text(reason: str, alloc: Allocation) -> str:
+    """Why a run waits in Slurm's queue, in words ("" for a reason that is not a wait: `None`,
+    not considered yet; the scheduler's own hold until it releases the run)."""
+    if reason in ("", "None", *_HELD_REASONS):
+        return ""
+    where = ", ".join(alloc) or "its node"
+    said = {"Priority": "jobs Slurm ranks higher wait for the same resources",
+            "Resources": f"what it asks for (GPUs, CPUs, memory) is not free on {where} yet",
+            "ReqNodeNotAvail": f"{where} is not available"}.get(reason)
+    return f"waiting in Slurm's queue ({reason}{': ' + said if said else ''})"
 
 
 class SlurmExecutor(RunExecutor):
@@ -145,6 +163,7 @@ class SlurmExecutor(RunExecutor):
         self.run_as = run_as
         self.sbatch_args = list(sbatch_args)
         self.poll_interval = poll_interval
+        self.pending_note_s = PENDING_NOTE_S
         self.cli = cli or SlurmCli(slurm_env)
         self._partition = partition
         #: this server's mark on its Slurm jobs (one Schedulearn per job root)
@@ -375,9 +394,12 @@ class SlurmExecutor(RunExecutor):
                 if any(j.active for j in parts):
                     if lead.state == "RUNNING":
                         self._placed(run, parts)
+                        self._note(run, "")
                     elif lead.state == "PENDING" and lead.reason == "Resources" and (
                             taken := self._taken_outside(run, jobs) or self._no_room(run, jobs)):
                         self._withdraw(run, taken, jobs)
+                    elif lead.state == "PENDING":
+                        self._note(run, pending_text(lead.reason, run.alloc))
                     continue
                 self._ended(run, parts)
             elif run.seen or self._exit_code(run) is not None:  # aged out of squeue
@@ -405,6 +427,16 @@ class SlurmExecutor(RunExecutor):
                  for node, idx in run.alloc.items() if outside.get(node) and node in total
                  and outside[node] + ours.get(node, 0) + len(idx) > total[node]]
         return "; ".join(short)
+
+    def _note(self, run: _Run, note: str) -> None:
+        """Tell the engine why `run` still waits in Slurm's queue (the job's reason while it is
+        shown running), once it has waited `pending_note_s`; "" once it runs."""
+        if note == run.note or (note and time.monotonic() - run.since < self.pending_note_s):
+            return
+        run.note = note
+        engine = self.engine
+        if engine is not None and not run.superseded and not self._closed.is_set():
+            engine.call_soon(engine.run_note, run.job_id, note)
 
     def _no_room(self, run: _Run, jobs: list[SlurmJob]) -> str:
         """Where Slurm cannot start `run` because a node it was placed on has no CPU (or memory)

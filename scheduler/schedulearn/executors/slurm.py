@@ -114,7 +114,9 @@ class _Run(Run):
     seen: bool = False  # squeue has listed it at least once
     alloc: Allocation = field(default_factory=dict)  # where the engine placed it
     since: float = field(default_factory=time.monotonic)  # when it was submitted (or adopted)
-    note: str = ""  # what the job's reason says of its wait in Slurm's queue ("": nothing)
+    #: what the job's reason says of its wait in Slurm's queue ("": nothing; None: not known, a
+    #: run found after a restart, whose job may still carry what was said before)
+    note: str | None = ""
 
 
 @dataclass
@@ -585,7 +587,7 @@ class SlurmExecutor(RunExecutor):
         if info is None:
             self._report(job.id, None, "lost on restart: no record of its Slurm job; exit status unknown")
             return None
-        run = _Run(job_id=job.id, restarts=info["restarts"], slurm_id=info["slurm_id"], seen=True)
+        run = _Run(job_id=job.id, restarts=info["restarts"], slurm_id=info["slurm_id"], seen=True, note=None)
         parts = self._slurm_job(run.slurm_id)
         if parts is not None and not any(j.active for j in parts):
             self._end_found(run, parts)  # ended while the server was down: reports that end
@@ -601,7 +603,8 @@ class SlurmExecutor(RunExecutor):
         if parts and all(j.state == "PENDING" and j.reason in _HELD_REASONS for j in parts):
             self._cancel_quietly(info["slurm_id"])  # still behind the gate: it never ran
             return False
-        run = _Run(job_id=job.id, restarts=job.restarts, slurm_id=info["slurm_id"], seen=bool(parts))
+        run = _Run(job_id=job.id, restarts=job.restarts, slurm_id=info["slurm_id"], seen=bool(parts),
+                   note=None)
         if parts and not any(j.active for j in parts):
             self._end_found(run, parts)
             return True

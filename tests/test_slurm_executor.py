@@ -234,9 +234,10 @@ def test_a_program_missing_on_the_node_is_the_jobs_one_line_reason(cluster: Slur
     assert "exec:" not in ex.logs(one.id) + ex.logs(path.id)
 
 
-def outside_job(cluster: SlurmCluster) -> str:
-    """Someone's own `sbatch` holding 3 of n1's GPUs for 120 s, once running: its Slurm id."""
-    outside = cluster.run("sbatch", "--parsable", "--gres=gpu:3", "--nodelist=n1", "--output=/dev/null",
+def outside_job(cluster: SlurmCluster, asks: str = "--gres=gpu:3", node: str = "n1") -> str:
+    """Someone's own `sbatch` holding 3 of n1's GPUs (or what `asks` says, on `node`) for 120 s,
+    once running: its Slurm id."""
+    outside = cluster.run("sbatch", "--parsable", asks, f"--nodelist={node}", "--output=/dev/null",
                           "--wrap", "sleep 120").stdout.strip()
     deadline = time.monotonic() + 30
     while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
@@ -325,12 +326,7 @@ def test_a_job_placed_where_slurm_has_no_cpu_left_is_placed_anew(cluster: SlurmC
     there from an older inventory is withdrawn and placed anew on n2 — no restart counted."""
     ex = executor(cluster, tmp_path)
     stale = ex.nodes()
-    outside = cluster.run("sbatch", "--parsable", "--cpus-per-task=8", "--nodelist=n1", "--output=/dev/null",
-                          "--wrap", "sleep 120").stdout.strip()
-    deadline = time.monotonic() + 30
-    while not any(str(j["job_id"]) == outside and j["job_state"] == "RUNNING" for j in cluster.jobs()):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    outside = outside_job(cluster, "--cpus-per-task=8")
     (n1, n2) = ex.nodes()
     assert [g.held_by for g in n1.gpus] == [f"n1: all 8 CPUs allocated (Slurm job {outside})"] * 4
     assert not any(g.held_by for g in n2.gpus)
@@ -354,8 +350,7 @@ def test_a_run_waiting_in_slurms_queue_says_so_while_shown_running(cluster: Slur
     (Resources: …)`, an event — until it runs, and then no more."""
     from schedulearn.engine import RUN_NOTE
 
-    outside = [cluster.run("sbatch", "--parsable", "--cpus-per-task=6", f"--nodelist={n}",
-                           "--output=/dev/null", "--wrap", "sleep 120").stdout.strip() for n in ("n1", "n2")]
+    outside = [outside_job(cluster, "--cpus-per-task=6", node) for node in ("n1", "n2")]
     ex = executor(cluster, tmp_path, sbatch_args=["--cpus-per-gpu=4"])
     ex.pending_note_s = 1.0
     said: list[str] = []

@@ -63,19 +63,38 @@ def store_url(request, tmp_path) -> str:
 
 
 # -- 1. every admitted job ends with a reason --------------------------------------------------------
-@pytest.fixture
-def tiny_fs(tmp_path):
-    """A real 64 KiB tmpfs (root only): the job root that can be made read-only or full."""
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str):
+    """A real tmpfs of `size` mounted at `mnt` (root only) while the block runs."""
     require(os.geteuid() == 0, "mounting a tmpfs needs root")
-    mnt = tmp_path / "tiny"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                           capture_output=True, text=True)
     require(proc.returncode == 0, f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A real 64 KiB tmpfs: the job root that can be made read-only or full."""
+    with tmpfs(tmp_path / "tiny", "64k") as mnt:
+        yield mnt
+
+
+def fill(fs: Path) -> Path:
+    """Fill `fs` to its last block with one file; that file."""
+    filler = fs / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    return filler
 
 
 def _remount(mnt: Path, mode: str) -> None:
@@ -107,14 +126,7 @@ def test_read_only_job_root_fails_jobs_a_full_one_pauses_and_both_recover(tiny_f
             assert eng.pool.total == 2 and not eng.running
             # full: the same
             _remount(tiny_fs, "rw")
-            filler = tiny_fs / "filler"
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-            try:
-                with contextlib.suppress(OSError):
-                    while True:
-                        os.write(fd, b"x" * 4096)
-            finally:
-                os.close(fd)
+            filler = fill(tiny_fs)
             full = [eng.submit({"command": [PY, "-c", "pass"], "name": f"full{i}"}) for i in range(2)]
             await wait_for(lambda: eng.paused is not None, 20, "the scheduler to pause on a full disk")
             assert eng.paused["by"] == SELF_PAUSER and str(root) in eng.paused["reason"]
@@ -421,3 +433,27 @@ def test_last_alloc_kept_after_the_end_and_a_restart(store_url):
     assert eng2.get(a.id).to_dict()["last_alloc"] == {"node0": [0, 1]}
     assert eng2.get(b.id).to_dict()["last_alloc"] == {"node0": [2]}
     again.close()
+
+
+def test_a_full_disk_under_the_store_too_pauses_in_memory(tmp_path):
+    """The SQLite store on the full disk as well (a one-machine set-up): the scheduler's own pause
+    cannot be stored, and holds all the same; it ends, and is stored, once there is space."""
+    from schedulearn.engine import PAUSED, SELF_PAUSER
+
+    with tmpfs(tmp_path / "disk", "2m") as disk:
+        store = SqlStore(f"sqlite:///{disk}/jobs.db")
+        ex = LocalExecutor(disk / "jobs")
+        ex.min_free_bytes = 16 * 1024
+        eng = Engine(virtual_cluster(1, 2), "fifo", executor=ex, store=store)
+        try:
+            filler = fill(disk)
+            with pytest.raises(Exception, match="disk is full"), store.transaction():  # no write now
+                store.set_setting(PAUSED, "")
+            eng.round()
+            assert eng.paused is not None and eng.paused["by"] == SELF_PAUSER
+            filler.unlink()
+            eng.round()
+            assert eng.paused is None and not store.get_setting(PAUSED)
+        finally:
+            eng.close()
+            store.close()

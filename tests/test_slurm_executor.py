@@ -273,16 +273,23 @@ def test_a_job_placed_on_gpus_taken_outside_since_the_inventory_is_placed_anew(c
     stale = ex.nodes()  # read before the outside job came
     assert not any(g.held_by for n in stale for g in n.gpus)
     outside = outside_job(cluster)
-    started = time.monotonic()
-    (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 2}], nodes=stale, timeout=60)
-    log = ex.logs(job.id)
-    assert job.state is JobState.succeeded, job.reason + log
-    assert list(job.last_alloc) == ["n2"] and job.restarts == 0, (job.last_alloc, log)
-    assert time.monotonic() - started < 30  # not after the outside job's 120 s
+    log = placed_anew_on_n2(ex, stale, gpus=2)
     said = (f"run #0 not started: its GPUs were taken outside the scheduler (n1: 3 of 4 GPUs held by "
             f"Slurm job {outside}); placed anew")
     assert said in log and log.count("=== schedulearn: start #0") == 2, log
     assert "node n2" in log
+
+
+def placed_anew_on_n2(ex: SlurmExecutor, stale: list, gpus: int) -> str:
+    """Run a job of `gpus` GPUs placed from the `stale` inventory (on n1, where Slurm cannot start
+    it now): it ends on n2, not restarted, well before the outside job's 120 s. Its log."""
+    started = time.monotonic()
+    (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": gpus}], nodes=stale, timeout=60)
+    log = ex.logs(job.id)
+    assert job.state is JobState.succeeded, job.reason + log
+    assert list(job.last_alloc) == ["n2"] and job.restarts == 0, (job.last_alloc, log)
+    assert time.monotonic() - started < 30  # not after the outside job's 120 s
+    return log
 
 
 def test_a_cancel_in_slurm_outside_schedulearn_is_the_jobs_reason(cluster: SlurmCluster,
@@ -330,12 +337,7 @@ def test_a_job_placed_where_slurm_has_no_cpu_left_is_placed_anew(cluster: SlurmC
     (n1, n2) = ex.nodes()
     assert [g.held_by for g in n1.gpus] == [f"n1: all 8 CPUs allocated (Slurm job {outside})"] * 4
     assert not any(g.held_by for g in n2.gpus)
-    started = time.monotonic()
-    (job,) = run_jobs(ex, [{"name": "a", "script": WHERE, "gpus": 1}], nodes=stale, timeout=60)
-    log = ex.logs(job.id)
-    assert job.state is JobState.succeeded, job.reason + log
-    assert list(job.last_alloc) == ["n2"] and job.restarts == 0, (job.last_alloc, log)
-    assert time.monotonic() - started < 30  # not after the outside job's 120 s
+    log = placed_anew_on_n2(ex, stale, gpus=1)
     said = (f"run #0 not started: its node has no room (n1: all 8 CPUs allocated (Slurm job {outside})); "
             "placed anew")
     assert said in log and "node n2" in log, log

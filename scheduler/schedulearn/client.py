@@ -446,11 +446,9 @@ def paused_text(paused: dict[str, Any], resume: str = "schedulearn resume") -> s
     `paused`), under the CLI's and the magics' job tables."""
     since = time.strftime("%Y-%m-%d %H:%M", time.localtime(paused["since"]))
     why = f" ({paused['reason']})" if paused.get("reason") else ""
-    if paused.get("until"):  # the scheduler's own pause (the job root's disk is full): it ends by itself
-        return (f"scheduling paused by {paused['by'] or '?'} since {since}{why}: no job starts until "
-                f"{paused['until']}")
-    return (f"scheduling paused by {paused['by'] or '?'} since {since}{why}: no job starts until an admin "
-            f"runs {resume}")
+    # the scheduler's own pause (the job root's disk is full) says when it ends by itself
+    until = paused.get("until") or f"an admin runs {resume}"
+    return f"scheduling paused by {paused['by'] or '?'} since {since}{why}: no job starts until {until}"
 
 
 def shown_gpus(job: dict[str, Any]) -> str:

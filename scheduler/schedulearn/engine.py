@@ -285,21 +285,24 @@ class Engine:
         self.wake()
         return policy
 
-    def pause(self, by: str, reason: str = "", now: float | None = None) -> dict[str, Any]:
+    def pause(self, by: str, reason: str = "", now: float | None = None,
+              until: str | None = None) -> dict[str, Any]:
         """Stop scheduling (an operator's maintenance, a demo that needs the GPUs): no queued job
         starts and no running job is preempted, grown or shrunk until `resume`; running jobs
         run on, and end, are cancelled and stopped at their time limits as ever. Kept in the
-        store (a restart stays paused). Pausing again changes who and why, not since when."""
+        store (a restart stays paused). Pausing again changes who and why, not since when.
+        `until`: the scheduler's own pause (`check_blocker`), which says when it ends by itself
+        and holds even where the store cannot take it."""
         now = self.clock() if now is None else now
         since = self.paused["since"] if self.paused else now
-        paused = {"by": by, "since": since, "reason": reason}
-        self._set_paused(paused, "paused", now)
+        paused = {"by": by, "since": since, "reason": reason, **({"until": until} if until else {})}
+        self._set_paused(paused, "paused", now, must=until is not None)
         return paused
 
-    def resume(self, by: str, now: float | None = None) -> None:
-        """Schedule again (a round at once)."""
+    def resume(self, by: str, now: float | None = None, must: bool = False) -> None:
+        """Schedule again (a round at once); `must`: even where the store cannot take it."""
         if self.paused is not None:
-            self._set_paused(None, "resumed", self.clock() if now is None else now, by=by)
+            self._set_paused(None, "resumed", self.clock() if now is None else now, must=must, by=by)
 
     def check_blocker(self, now: float) -> bool:
         """Pause scheduling on its own while the executor says that no job can start for a reason
@@ -312,31 +315,28 @@ class Engine:
         if blocker is None:
             if mine:
                 log.info("schedulearn: scheduling resumed: %s", self.paused["until"])  # type: ignore[index]
-                self._self_paused(None, "resumed", now, by=SELF_PAUSER)
+                self.resume(SELF_PAUSER, now, must=True)
             return False
         why, until = blocker
         if self.paused is None or (mine and self.paused["reason"] != why):
             log.warning("schedulearn: scheduling paused: %s; no job starts until %s", why, until)
-            since = self.paused["since"] if self.paused else now
-            paused = {"by": SELF_PAUSER, "since": since, "reason": why, "until": until}
-            self._self_paused(paused, "paused", now)
+            self.pause(SELF_PAUSER, why, now, until=until)
         return self.paused is not None
 
-    def _self_paused(self, paused: dict[str, Any] | None, kind: str, now: float, **data: Any) -> None:
-        """`_set_paused`, or, when the store cannot take it (an SQLite store on the full disk),
-        in memory: the pause must hold all the same."""
-        try:
-            self._set_paused(paused, kind, now, **data)
-        except Exception as e:  # noqa: BLE001 - the store's error, whichever it is
-            log.warning("schedulearn: scheduling %s, not stored (in force all the same): %s", kind, _line(e))
-            self._set_paused(paused, kind, now, store=False, **data)
-
-    def _set_paused(self, paused: dict[str, Any] | None, kind: str, now: float, store: bool = True,
+    def _set_paused(self, paused: dict[str, Any] | None, kind: str, now: float, must: bool = False,
                     **data: Any) -> None:
-        if self.store is not None and store:  # first: a failing store leaves things as they were
-            with self.store.transaction():
-                self.store.set_setting(PAUSED, json.dumps(paused) if paused else "")
-                self.store.add_event(None, kind, {**(paused or {}), **data}, now)
+        """Store, then apply, a pause or its end. `must`: where the store cannot take it (an SQLite
+        store on the full disk), in memory all the same (else the store's error, nothing changed)."""
+        if self.store is not None:  # first: a failing store leaves things as they were
+            try:
+                with self.store.transaction():
+                    self.store.set_setting(PAUSED, json.dumps(paused) if paused else "")
+                    self.store.add_event(None, kind, {**(paused or {}), **data}, now)
+            except Exception as e:
+                if not must:
+                    raise
+                log.warning("schedulearn: scheduling %s, not stored (in force all the same): %s",
+                            kind, _line(e))
         self.paused = paused
         self._next_change = -math.inf
         self._emit({"type": "paused", "paused": paused})
@@ -468,15 +468,14 @@ class Engine:
         now = self.clock() if now is None else now
         if job is not None and job.state is JobState.running and job.stopping is None:
             self._untrack(job)
-            self._requeue(job, now, reason)
+            self._requeue(job, now, reason, job.start_time)
         self.set_nodes(nodes)  # (after the release: GPUs held outside are not given back as free)
 
-    def _requeue(self, job: Job, now: float, reason: str,
-                 before: tuple[float, float, float | None] | None = None) -> None:
+    def _requeue(self, job: Job, now: float, reason: str, started: float | None) -> None:
         """Back to the queue, untracked `job` whose run never ran (withdrawn, or a start that
         failed for a reason of the machine): no restart counted, its service as at this run's
-        start (`before`: its attained and run time, and first start, before `_start` set them)."""
-        attained, run, started = before or (job.attained_base, job.run_base, job.start_time)
+        start, its first start `started` (None: it never ran)."""
+        attained, run = job.attained_base, job.run_base
         job.extra.pop(RUN_NOTE, None)
         self._release(job, now)
         job.attained_base, job.run_base, job.start_time = attained, run, started
@@ -863,8 +862,7 @@ class Engine:
             if not isinstance(e, (ExecutorError, OSError)):  # (those say it all in one line)
                 log.warning("job %s: launch failed", job.id, exc_info=True)
             if self.check_blocker(now):  # not the job's fault (the disk is full): it waits
-                self._requeue(job, now, f"{launch_failure(e)}; it waits: {self.paused['reason']}",
-                              before=(job.attained_base, job.run_base, started))
+                self._requeue(job, now, f"{launch_failure(e)}; it waits: {self.paused['reason']}", started)
                 return
             self._finish(job, JobState.failed, None, launch_failure(e), now)
             return

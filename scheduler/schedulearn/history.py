@@ -20,8 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-#: the simulator's rigid trace header (`schedulearn.sim.traces.RIGID_HEADER`)
-HEADER = ["name", "submit_time", "gpus", "duration"]
+from .sim.traces import RIGID_HEADER as HEADER
+
 FINISHED = ("succeeded", "failed", "cancelled")
 
 

@@ -91,6 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=env("SCHEDULEARN_TICK", "5"), metavar="S",
                    help="seconds between time-driven rounds (las, goodput, qoe; "
                         "default: $SCHEDULEARN_TICK or 5)")
+    p.add_argument("--inventory-interval", metavar="S",
+                   type=_number(float, "SCHEDULEARN_INVENTORY_INTERVAL", "seconds >= 0", 0.0),
+                   default=env("SCHEDULEARN_INVENTORY_INTERVAL", "30"),
+                   help="seconds between reads of the GPU inventory (GPUs that another scheduler or "
+                        "Slurm took or gave back; 0: never; default: $SCHEDULEARN_INVENTORY_INTERVAL or 30)")
     p.add_argument("--restart-cost", type=_restart_cost, metavar="S",
                    default=env("SCHEDULEARN_RESTART_COST", str(RESTART_COST)),
                    help="seconds a job's checkpoint-restart costs on this set-up: what the elastic "
@@ -287,6 +292,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         cancel_grace=args.cancel_grace,
         job_root=args.job_root or str(data_dir / "jobs"),
         tick=args.tick,
+        inventory_interval=args.inventory_interval,
         restart_cost=args.restart_cost,
         keep_job_dirs=args.keep_job_dirs,
         user_map=user_map,

@@ -30,6 +30,7 @@ from schedulearn.executors.launch import (
     elastic_files,
 )
 from schedulearn.executors.local import LocalExecutor
+from schedulearn.gpulocks import GpuLocks
 from schedulearn.model import JobSpec, JobState, virtual_cluster
 from schedulearn.store.sql import SqlStore
 
@@ -92,7 +93,13 @@ def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
     async def main():
         store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
         ex = LocalExecutor(tmp_path / "jobs", cancel_grace=20)
+        ex.gpu_locks = GpuLocks(tmp_path / "locks", str(ex.job_root), virtual=True)  # host-wide claims
+        outside = GpuLocks(tmp_path / "locks", "another scheduler", virtual=True)
         eng = Engine(virtual_cluster(1, 3), "elastic-fifo", executor=ex, store=store)
+
+        def claims() -> dict[int, int]:  # GPU -> the job claiming it, as another scheduler sees it
+            return {int(u.rsplit("-", 1)[1]): h["job"] for u, h in outside.holders(eng.nodes[0].gpus).items()}
+
         task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
         try:
             a = eng.submit({"name": "hvd-elastic", "command": ["python", str(JOBS / "hvd_elastic_train.py")],
@@ -109,12 +116,14 @@ def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
                             "gpus": 1})
             await wait_for(lambda: b.state is JobState.running, 60, "job B to start (A shrunk in place)")
             assert a.size == 1 and a.alloc == {"node0": (0,)} and b.alloc == {"node0": (1,)}
+            assert claims() == {0: a.id, 1: b.id, 2: c.id}  # (the shrink gave up A's claim on GPU 1)
             await wait_for(lambda: re.search(r"step \d+ world 1", ex.logs(a.id)), 90, "A to train on 1 GPU")
             await wait_for(lambda: len(pauses.measured(a, True)) == 1, 30, "the shrink's pause measured")
             release_c.touch()
             await wait_for(lambda: c.state.final, 30, "job C to end")
             await wait_for(lambda: a.size == 2, 20, "A to grow back (in place)")
             assert a.alloc == {"node0": (0, 2)}  # its worker keeps GPU 0; the new slot is GPU 2
+            assert claims() == {0: a.id, 1: b.id, 2: a.id}  # (the grow claimed GPU 2)
             await wait_for(lambda: a.state.final, 180, "the resized job to finish")
             text = ex.logs(a.id)
             assert a.state is JobState.succeeded, a.reason + "\n" + text[-4000:]
@@ -159,6 +168,7 @@ def test_horovod_elastic_job_resized_in_place_2_1_2(tmp_path):
             release_b.touch()
             await wait_for(lambda: b.state.final, 30, "job B to end")
             assert b.state is JobState.succeeded and c.state is JobState.succeeded
+            assert claims() == {}
         finally:
             await asyncio.to_thread(ex.terminate_all, 1.0)
             eng.close()

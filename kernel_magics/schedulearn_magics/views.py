@@ -242,7 +242,8 @@ def gpus_text(inventory: dict[str, Any]) -> str:
         kind = " (virtual)" if node.get("virtual") else ""
         lines.append(f"{node.get('name')}{kind}")
         for g in node.get("gpus", []):
-            who = f"job {g['job_id']}" if g.get("job_id") is not None else "free"
+            who = f"job {g['job_id']}" if g.get("job_id") is not None else (
+                f"held: {g['held_by']}" if g.get("held_by") else "free")
             mem = ""
             if g.get("memory_total_mb"):
                 mem = f"  {g.get('memory_used_mb', 0)}/{g['memory_total_mb']} MiB"

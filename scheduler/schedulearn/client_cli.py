@@ -542,10 +542,15 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     for node in data["nodes"]:
         for g in node["gpus"]:
             mem = f"{g['memory_used_mb']}/{g['memory_total_mb']}" if g["memory_total_mb"] else "-"
+            job = str(g["job_id"]) if g["job_id"] is not None else "held" if g.get("held_by") else "-"
             rows.append([node["name"] + (" (virtual)" if node["virtual"] else ""), str(g["index"]),
                          g["name"], mem, "-" if g["utilization"] is None else f"{g['utilization']:.0f}%",
-                         str(g["job_id"]) if g["job_id"] is not None else "-"])
+                         job])
     _table(rows)
+    for node in data["nodes"]:  # what holds GPUs outside the scheduler (another's job, Slurm's)
+        for g in node["gpus"]:
+            if g.get("held_by") and g["job_id"] is None:
+                print(f"{node['name']} GPU {g['index']} held: {g['held_by']}")
     if data.get("note"):  # no GPUs: why, and what to do
         print(f"({data['note']})")
     return 0

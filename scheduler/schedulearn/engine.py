@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from . import deadlines, estimates, pauses, policies
 from .estimates.deadline import RESTART_S
 from .estimates.predict import History
-from .executors.base import Executor, ExecutorError, launch_failure
+from .executors.base import Executor, ExecutorError, Unavailable, launch_failure
 from .hostbooks import HostBooks
 from .model import Allocation, Job, JobSpec, JobState, Node, SpecError
 from .placement import FreePool, shrink
@@ -128,6 +128,7 @@ class Engine:
         #: pauses are measured), and so the deadline statuses; None: the policies' own
         self.restart_cost = restart_cost
         self.pool = FreePool(self.nodes)
+        self._outside = 0  # GPUs held outside the scheduler (`Gpu.held_by`), as `set_nodes` counts
         self.jobs: dict[int, Job] = {}
         self.active: dict[int, Job] = {}  # queued and running, in arrival order
         # The round's indexes: the queue sorted by (-priority, id) as two parallel lists, its
@@ -347,6 +348,7 @@ class Engine:
         in the books until their executor reports them gone."""
         self.nodes = list(nodes)
         self.pool = FreePool(self.nodes)
+        self._outside = sum(1 for n in self.nodes if n.healthy for g in n.gpus if g.held_by)
         for job in self.active.values():
             if job.alloc:
                 self.pool.take(job.alloc)
@@ -471,6 +473,17 @@ class Engine:
             self._requeue(job, now, reason, job.start_time)
         self.set_nodes(nodes)  # (after the release: GPUs held outside are not given back as free)
 
+    def _held_outside(self, nodes: list[Node]) -> None:
+        """Mid-round, GPUs `nodes` (the inventory now) says are held outside the scheduler leave
+        the free pool at once (the round's books read it); the inventory itself is replaced once
+        the round is over."""
+        for node in nodes:
+            held = tuple(g.index for g in node.gpus if g.held_by)
+            if held:
+                self.pool.take({node.name: held})
+        if self._loop is not None:
+            self.call_soon(self.set_nodes, nodes)
+
     def _requeue(self, job: Job, now: float, reason: str, started: float | None) -> None:
         """Back to the queue, untracked `job` whose run never ran (withdrawn, or a start that
         failed for a reason of the machine): no restart counted, its service as at this run's
@@ -586,6 +599,8 @@ class Engine:
                    f"on one ({self.pool.total} in all)"
         else:
             text = f"waiting: needs {need} GPU{'' if need == 1 else 's'}, {free} free"
+        if self._outside:
+            text += f", {self._outside} held outside the scheduler"
         text += f"; {_ordinal(i + 1)} in line of {len(self._qkeys)}"
         if self.paused is not None:
             why = f" ({self.paused['reason']})" if self.paused.get("reason") else ""
@@ -858,6 +873,10 @@ class Engine:
         self._untrack(job)
         try:
             self.executor.start(job, now)
+        except Unavailable as e:  # its GPUs were taken outside since the inventory: placed anew
+            self._requeue(job, now, f"not started: {e}; placed anew", started)
+            self._held_outside(e.nodes)
+            return
         except Exception as e:  # whatever it is, it fails this job alone, and its GPUs are free
             if not isinstance(e, (ExecutorError, OSError)):  # (those say it all in one line)
                 log.warning("job %s: launch failed", job.id, exc_info=True)

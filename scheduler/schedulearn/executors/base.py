@@ -60,6 +60,16 @@ class ExecutorError(RuntimeError):
     """A job could not be started (bad image, host down...): the job fails with this reason."""
 
 
+class Unavailable(ExecutorError):
+    """A run could not start because GPUs it was placed on were taken outside the scheduler
+    since the engine last read the inventory (another scheduler's job on this host): the job is
+    placed anew, not failed. `nodes`: the inventory as it is now (those GPUs marked held)."""
+
+    def __init__(self, message: str, nodes: list[Node]):
+        super().__init__(message)
+        self.nodes = nodes
+
+
 def launch_failure(e: BaseException) -> str:
     """The one-line reason of a job whose launch raised `e`."""
     text = str(e).strip().splitlines()

@@ -131,10 +131,13 @@ class JobDirExecutor(Executor):
 
     def _prepare(self, job: Job, now: float) -> Path:
         d = self.job_dir(job.id)
-        first = job.restarts == 0 and job.start_time == now
+        prepared: set[int] = self.__dict__.setdefault("_prepared", set())  # (by this executor)
+        first = job.restarts == 0 and job.start_time == now and job.id not in prepared
         if first and d.exists() and any(d.iterdir()):
-            # left by an earlier server that reused this id without a store: keep it aside
+            # left by an earlier server that reused this id without a store: keep it aside (not
+            # the folder of a first start put back in the queue here: its log says why)
             d.rename(d.with_name(f"{job.id}.old-{int(time.time() * 1000)}"))
+        prepared.add(job.id)
         account = self.account_for(job.spec)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(d, 0o700)  # private to the job's user (mkdir's mode is cut by the umask)

@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from .. import joblogs, nofollow
 from ..model import Allocation, Job, JobSpec
-from .base import ExecutorError, launch_failure
+from .base import ExecutorError, Unavailable, launch_failure
 from .jobdir import JobDirExecutor
 
 log = logging.getLogger("schedulearn.executors")
@@ -229,6 +229,10 @@ class RunExecutor(JobDirExecutor):
         with self._lock:
             try:
                 self._runs[job_id] = self._launch(job_id, spec, alloc, restarts)
+            except Unavailable as e:  # its new GPUs were taken outside: the engine places it anew
+                if self.engine is not None and not self._closed.is_set():
+                    self.engine.call_soon(self.engine.withdrawn, job_id, e.nodes,
+                                          f"not started: {e}; placed anew")
             except Exception as e:  # noqa: BLE001 - whatever it is, the job fails with it
                 self._report(job_id, 127, launch_failure(e))
 

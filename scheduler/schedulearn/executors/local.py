@@ -22,6 +22,7 @@ anything. So a run that ever ran user code always has its `pid` file, and after 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -32,15 +33,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import joblogs, nofollow, pauses
+from .. import gpulocks, joblogs, nofollow, pauses
 from ..inventory import HostInventory, Inventory, gpu_names
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
-from ..model import Allocation, Job, JobSpec, Launcher
-from .base import ExecutorError
+from ..model import Allocation, Job, JobSpec, Launcher, Node
+from .base import ExecutorError, Unavailable
 from .jobdir import check_host_workdir
 from .launch import (
     EXITWRAP,
@@ -89,6 +90,9 @@ class _Run(Run):
     pid: int  # the process group's leader (and the group's id)
     popen: subprocess.Popen | None = None  # None for a run re-attached after a restart
     elastic: tuple[int, int] | None = None  # Horovod Elastic's (min, max) workers: resized in place
+    #: its host-wide GPU claims (`gpulocks`): GPU index -> this server's copy of the descriptor
+    #: (its processes inherited those of the GPUs it started on: a restarted server has none)
+    claims: dict[int, int] = field(default_factory=dict)
 
 
 class LocalExecutor(RunExecutor):
@@ -113,6 +117,9 @@ class LocalExecutor(RunExecutor):
         self.run_as = run_as  # user name -> accounts.Account (the shared set-up)
         self._problems: dict[int, str | None] = {}  # uid -> account_problem's answer
         self.inventory = inventory  # this host's GPUs (default: NVML, or none)
+        #: host-wide claims of the GPUs a run uses (`gpulocks`: another scheduler on this machine
+        #: leaves them alone); None: none taken
+        self.gpu_locks: gpulocks.GpuLocks | None = None
         self._boot_id = _boot_id()
         self._init_runs()
 
@@ -229,6 +236,12 @@ class LocalExecutor(RunExecutor):
         if not isinstance(run, _Run):
             return  # it has just ended: that exit is reported
         try:
+            run.claims.update(self._claim_grown(job, old, alloc))
+        except gpulocks.GpusTaken as e:  # (as below: the run goes on at its old size)
+            log.error("job %s: not grown in place: %s", job.id, e)
+            self._append_log(run, f"{joblogs.MARKER} run #{run.restarts} not grown in place: {e} ===\n")
+            return
+        try:
             self._write_elastic(job.id, alloc)
         except OSError as e:  # the run goes on at its old size; the books say the new one
             log.error("job %s: cannot write its Horovod Elastic allocation: %s", job.id, e)
@@ -239,14 +252,15 @@ class LocalExecutor(RunExecutor):
         if n < was:  # the GPUs are free once the workers of the removed slots are gone
             pids = _slot_pids(self.job_dir(job.id) / WORKERS_DIR, n)
             removed = {p: _start_time(p) for p in pids if _descends_from(p, run.pid)}
-            threading.Thread(target=self._wait_removed, args=(run, removed), name=f"shrink-{job.id}",
+            keep = {i for v in alloc.values() for i in v}
+            threading.Thread(target=self._wait_removed, args=(run, removed, keep), name=f"shrink-{job.id}",
                              daemon=True).start()
 
     #: seconds the workers a shrink removes get to leave on their own (Horovod stops them at
     #: their next `state.commit()`), then SIGTERM, `cancel_grace`, SIGKILL
     shrink_wait = 60.0
 
-    def _wait_removed(self, run: _Run, removed: dict[int, int | None]) -> None:
+    def _wait_removed(self, run: _Run, removed: dict[int, int | None], keep: set[int] | None = None) -> None:
         """Wait until the workers a shrink removed (pid -> start time: the processes their slots
         had when it was decided; a worker a later grow starts in the same slot is not one of
         them) are gone, then report the shrink's GPUs free; they are stopped if they stay. A
@@ -268,6 +282,9 @@ class LocalExecutor(RunExecutor):
                 wait = self.cancel_grace if sent == signal.SIGTERM else 5.0
                 deadline, sent = time.monotonic() + wait, signal.SIGKILL
             time.sleep(0.05)
+        with self._lock:  # (the GPUs it no longer runs on are no longer claimed, for every copy)
+            gone = [run.claims.pop(i) for i in list(run.claims) if keep is not None and i not in keep]
+        gpulocks.GpuLocks.release(gone)
         self._released(run.job_id)
 
     # -- launching ---------------------------------------------------------------------------------
@@ -299,19 +316,15 @@ class LocalExecutor(RunExecutor):
         if elastic is not None:
             self._prepare_elastic(d, job_id, alloc, account)
         with self._open_log(job_id) as logf:
-            cuda = worker.env["CUDA_VISIBLE_DEVICES"]
-            logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
-            logf.flush()
-            argv = [*_gate(cwd), *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
+            claims = self._claim(job_id, spec, alloc, restarts, logf)
             try:
-                popen = subprocess.Popen(
-                    argv, cwd="/", env=env,
-                    stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
-                    close_fds=True, **(account.popen_kwargs() if account is not None else {}))
-            except OSError as e:
-                raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
+                popen = self._spawn(job_id, restarts, worker, cwd, exit_file, env, account, logf, claims)
+            except BaseException:
+                gpulocks.GpuLocks.release(claims.values())
+                raise
         assert popen.stdin is not None
-        run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen, elastic=elastic)
+        run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen, elastic=elastic,
+                   claims=claims)
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
                 "restarts": restarts, "argv": worker.argv, "elastic": list(elastic) if elastic else None}
         try:  # the pid file first: a run that may ever run user code can be found after a crash
@@ -322,6 +335,7 @@ class LocalExecutor(RunExecutor):
         except BaseException:
             popen.stdin.close()  # the gate sees the pipe close and exits without running the job
             popen.wait()
+            gpulocks.GpuLocks.release(claims.values())
             raise
         try:
             popen.stdin.write(b"go\n")
@@ -330,6 +344,81 @@ class LocalExecutor(RunExecutor):
             pass
         self._watch(run)
         return run
+
+    def _spawn(self, job_id: int, restarts: int, worker: Any, cwd: Path, exit_file: Path,
+               env: dict[str, str], account: Any, logf: Any, claims: dict[int, int]) -> subprocess.Popen:
+        """The run's gate process (its GPU claims inherited), its start line in the log first."""
+        cuda = worker.env["CUDA_VISIBLE_DEVICES"]
+        logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
+        logf.flush()
+        argv = [*_gate(cwd), *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
+        try:
+            return subprocess.Popen(
+                argv, cwd="/", env=env,
+                stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+                close_fds=True, pass_fds=tuple(claims.values()),
+                **(account.popen_kwargs() if account is not None else {}))
+        except OSError as e:
+            raise ExecutorError(f"job {job_id}: could not start the process: {e}") from None
+
+    def _claim(self, job_id: int, spec: JobSpec, alloc: Allocation, restarts: int,
+               logf: Any) -> dict[int, int]:
+        """The host-wide claims of the run's GPUs (`gpulocks`), for the run to inherit; where
+        another scheduler's run took one since the inventory was read, `Unavailable` (the job
+        is placed anew) and its log says so."""
+        if self.gpu_locks is None:
+            return {}
+        node = self._node(next(iter(alloc), ""))
+        gpus = [g for g in (node.gpus if node is not None else []) if g.index in alloc.get(node.name, ())]
+        try:
+            return self.gpu_locks.claim(gpus, {"job": job_id, "run": restarts, "user": spec.user})
+        except gpulocks.GpusTaken as e:
+            logf.write(f"{joblogs.MARKER} run #{restarts} not started: {e}; placed anew ===\n".encode())
+            nodes = copy.deepcopy(self.engine.nodes) if self.engine is not None else []
+            raise Unavailable(str(e), self._mark_claimed(nodes)) from None
+
+    def _claim_grown(self, job: Job, old: Allocation, alloc: Allocation) -> dict[int, int]:
+        """The claims of the GPUs an in-place grow adds, held by this server only (the run's
+        processes started before them: they inherited the first GPUs' claims)."""
+        if self.gpu_locks is None:
+            return {}
+        node = self._node(next(iter(alloc), ""))
+        had = set(old.get(node.name, ())) if node is not None else set()
+        added = [g for g in (node.gpus if node is not None else [])
+                 if g.index in alloc.get(node.name, ()) and g.index not in had]
+        return self.gpu_locks.claim(added, {"job": job.id, "run": job.restarts, "user": job.spec.user})
+
+    def _node(self, name: str) -> Node | None:
+        nodes = self.engine.nodes if self.engine is not None else []
+        return next((n for n in nodes if n.name == name), None)
+
+    def nodes(self) -> list[Node]:
+        """This host's GPUs, those that another scheduler's run claims marked held (`gpulocks`),
+        and those a run of this scheduler's still claims where its job no longer runs (a
+        process of its run outlived it)."""
+        return self._mark_claimed(super().nodes())
+
+    def _mark_claimed(self, nodes: list[Node]) -> list[Node]:
+        locks = self.gpu_locks
+        if locks is None:
+            return nodes
+        for node in nodes:
+            holders = locks.holders(node.gpus)
+            for gpu in node.gpus:
+                holder = holders.get(gpu.uuid)
+                if holder is not None and not gpu.held_by and not self._ours(holder, node.name, gpu.index):
+                    gpu.held_by = gpulocks.describe(holder, locks.owner)
+        return nodes
+
+    def _ours(self, holder: dict[str, Any], node: str, index: int) -> bool:
+        """Whether a claim is of a job of this scheduler's that its books place on that GPU (or,
+        read at start-up before the engine has its books, of this scheduler's at all)."""
+        if self.gpu_locks is None or holder.get("owner") != self.gpu_locks.owner:
+            return False
+        if self.engine is None:
+            return True
+        job = self.engine.jobs.get(holder.get("job"))
+        return job is not None and (index in job.alloc.get(node, ()) or index in job.releasing.get(node, ()))
 
     def _prepare_elastic(self, d: Path, job_id: int, alloc: Allocation, account: object) -> None:
         """Horovod Elastic's files: the discovery script, the allocation, an empty `workers/`."""
@@ -363,6 +452,9 @@ class LocalExecutor(RunExecutor):
             # Not our child: its status is what the wrapper recorded, or unknown when the wrapper
             # itself was killed (never -1, which would read as "killed by SIGHUP").
             code = _read_exit_code(self.job_dir(run.job_id) / EXIT_CODE_FILE)
+        with self._lock:
+            claims, run.claims = run.claims, {}
+        gpulocks.GpuLocks.release(claims.values())
         self._run_over(run, code, self._end_reason(run, code))
 
     def _drain_group(self, run: _Run) -> None:
@@ -632,8 +724,15 @@ GPUS = Option("local_gpus", [], "this machine's GPUs the scheduler may give jobs
               "comma-separated (e.g. 1,2,3 keeps GPU 0 for the desktop or interactive work); default all")
 
 
+GPU_LOCKS = Option("gpu_locks", "", "where runs claim their GPUs host-wide, so that another scheduler "
+                   "on this machine (someone else's JupyterLab) leaves them alone: '' = "
+                   f"{gpulocks.DEFAULT_DIR}, for this machine's real GPUs; a directory, for virtual GPUs "
+                   "too; 'off': no claims")
+
+
 def _make(settings: Settings) -> LocalExecutor:
     ex = LocalExecutor(settings.job_root, settings.cancel_grace, run_as=settings.run_as())
+    ex.gpu_locks = gpulocks.from_setting(settings.options.get(GPU_LOCKS.name, ""), ex.job_root)
     only = settings.options.get(GPUS.name) or []
     if only:  # (else the service gives it this host's inventory)
         ex.inventory = inv = HostInventory(settings.virtual_gpus, settings.node_name, only=only)
@@ -644,6 +743,6 @@ def _make(settings: Settings) -> LocalExecutor:
     return ex
 
 
-KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make, options=(GPUS,))
+KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make, options=(GPUS, GPU_LOCKS))
 
 __all__ = ["KIND", "LocalExecutor"]

@@ -275,3 +275,13 @@ def test_the_holders_text_is_json_with_who_and_since(tmp_path: Path):
     assert data["job"] == 5 and data["run"] == 2 and data["user"] == "carol" and data["owner"] == "/srv/a"
     assert data["pid"] == os.getpid() and abs(data["since"] - time.time()) < 60
     GpuLocks.release(fds.values())
+
+
+def test_what_a_claim_file_says_is_shown_only_as_plain_numbers_and_short_printable_text(tmp_path: Path):
+    """Anyone can write a claim file: a terminal escape in it, or a job that is not a number,
+    never reaches another user's `schedulearn gpus`."""
+    text = gpulocks.describe({"job": "1; rm -rf", "user": "eve\x1b[2J\x07" + "x" * 500, "pid": True,
+                              "since": "soon", "owner": "/srv/\x1b]0;pwned\x07jobs"})
+    assert text.isprintable() and "\x1b" not in text and len(text) < 450
+    assert text.startswith("a job of eve?[2J?xxx") and "pid" not in text and "since" not in text
+    assert text.endswith("another scheduler's (job root /srv/?]0;pwned?jobs)")

@@ -550,7 +550,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     for node in data["nodes"]:  # what holds GPUs outside the scheduler (another's job, Slurm's)
         for g in node["gpus"]:
             if g.get("held_by") and g["job_id"] is None:
-                print(f"{node['name']} GPU {g['index']} held: {g['held_by']}")
+                print(printable(f"{node['name']} GPU {g['index']} held: {g['held_by']}"))
     if data.get("note"):  # no GPUs: why, and what to do
         print(f"({data['note']})")
     return 0

@@ -240,7 +240,11 @@ def _read(fd: int) -> dict[str, Any]:
 
 def describe(holder: dict[str, Any], owner: str | None = None) -> str:
     """`job 12 of alice, another scheduler's (pid 4121, since 10:02, job root /home/alice/…)`:
-    who holds a claim, in words; `owner`: the scheduler asking (its own jobs say so)."""
+    who holds a claim, in words; `owner`: the scheduler asking (its own jobs say so). The file
+    is anyone's to write: numbers are taken only as numbers, text only printable and short."""
+    kinds: dict[str, Any] = {"job": int, "pid": int, "since": (int, float)}
+    holder = {k: _plain(v) if isinstance(v, str) else v for k, v in holder.items()
+              if isinstance(v, kinds.get(k, str)) and not isinstance(v, bool)}
     job, user = holder.get("job"), holder.get("user")
     who = f"job {job}" if job is not None else "a job"
     if user:
@@ -253,6 +257,11 @@ def describe(holder: dict[str, Any], owner: str | None = None) -> str:
     where = ", ".join(x for x in (f"pid {pid}" if pid else "", f"since {when}" if when else "",
                                   f"job root {root}" if root else "") if x)
     return f"{who}, another scheduler's ({where})" if where else f"{who}, another scheduler's"
+
+
+def _plain(text: str) -> str:
+    text = "".join(c if c.isprintable() else "?" for c in text[:200])
+    return text + ("…" if len(text) == 200 else "")
 
 
 def from_setting(value: str, owner: str | os.PathLike[str]) -> GpuLocks | None:

@@ -222,3 +222,11 @@ export function pausedText(paused: IPaused, now: number = Date.now() / 1000): st
   const until = paused.until ? paused.until : 'an admin resumes it';
   return `Scheduling paused by ${paused.by || '?'} ${when}${why}: no job starts until ${until}.`;
 }
+
+/** What a GPU card says of a GPU held outside the scheduler: `held_by` (`Slurm job 12 (bob)`),
+ * or where that is long, up to its first parenthesis (`job 12 of alice, another scheduler's`);
+ * the whole text is the card's tooltip. */
+export function heldLabel(heldBy: string, most = 40): string {
+  const cut = heldBy.indexOf(' (');
+  return heldBy.length > most && cut > 0 ? heldBy.slice(0, cut) : heldBy;
+}

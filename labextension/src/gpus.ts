@@ -1,6 +1,6 @@
 /** The GPU grid: per host, a card per GPU with utilisation and memory bars and its job. */
 import { h, meter } from './dom';
-import { jobColour, utilisationPercent } from './format';
+import { heldLabel, jobColour, utilisationPercent } from './format';
 import { IJob, INode } from './types';
 
 export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
@@ -31,8 +31,8 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
       const util = utilisationPercent(gpu.utilization);
       const memPct = gpu.memory_total_mb > 0 ? (100 * gpu.memory_used_mb) / gpu.memory_total_mb : 0;
       const memLabel = `${(gpu.memory_used_mb / 1024).toFixed(1)}/${(gpu.memory_total_mb / 1024).toFixed(0)} GiB`;
-      const outside = !held && !!gpu.held_by; // a job the scheduler does not run (Slurm)
-      const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : outside ? `${gpu.held_by}` : 'idle';
+      const outside = !held && !!gpu.held_by; // a job the scheduler does not run (Slurm's, another scheduler's)
+      const jobLabel = held ? `#${gpu.job_id}${job ? ` ${job.name}` : ''}` : outside ? heldLabel(gpu.held_by as string) : 'idle';
       const virtual = node.virtual || gpu.virtual;
       const card = h(
         'div',
@@ -56,7 +56,8 @@ export function renderGpuGrid(nodes: INode[], jobs: IJob[]): HTMLElement {
           'div',
           {
             class: 'jp-schedulearn-gpu-job',
-            style: held ? `border-left-color: ${jobColour(gpu.job_id as number)}` : undefined
+            style: held ? `border-left-color: ${jobColour(gpu.job_id as number)}` : undefined,
+            title: outside ? `held outside the scheduler: ${gpu.held_by}` : undefined
           },
           jobLabel
         )

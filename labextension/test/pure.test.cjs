@@ -1,7 +1,7 @@
 // Unit tests of the pure modules (compiled to CommonJS by tsconfig.test.json); run: npm test
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock, pausedText } = require('../build-test/format.js');
+const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock, pausedText, heldLabel } = require('../build-test/format.js');
 const { computeBars, autoSpan } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
@@ -176,4 +176,13 @@ test('pausedText', () => {
     until: 'it has 64 MiB free again' };
   assert.equal(pausedText(full, at + 60), 'Scheduling paused by schedulearn at 18:40 (the disk of the job root '
     + '/srv/jobs is full: under 64 MiB free): no job starts until it has 64 MiB free again.');
+});
+
+test('heldLabel', () => {
+  assert.equal(heldLabel("job 12 of alice, another scheduler's (pid 4121, since 10:02, job root /home/alice/jobs)"),
+    "job 12 of alice, another scheduler's");
+  assert.equal(heldLabel('Slurm job 12 (bob)'), 'Slurm job 12 (bob)');  // short: whole
+  assert.equal(heldLabel('n1: all 8 CPUs allocated (Slurm job 12)'), 'n1: all 8 CPUs allocated (Slurm job 12)');
+  assert.equal(heldLabel('n1: all 8 CPUs allocated'), 'n1: all 8 CPUs allocated');
+  assert.equal(heldLabel('(odd)'), '(odd)');
 });

@@ -144,6 +144,7 @@ def test_python_job_runs_in_a_labelled_container_that_is_removed_after(dockerd, 
             assert attrs["HostConfig"]["NetworkMode"] == "host"
             assert attrs["HostConfig"]["ShmSize"] == 1 << 30
             assert attrs["HostConfig"]["Init"] is True
+            assert attrs["HostConfig"]["OomScoreAdj"] == 500  # the kernel's OOM killer ends jobs first
             (ex.job_dir(job.id) / "release").touch()
             await wait_for(final(eng, job.id), 30, "the job to end")
             assert job.state is JobState.succeeded, job.reason

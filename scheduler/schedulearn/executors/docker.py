@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from .. import joblogs, nofollow
 from ..jobfiles import CHECKPOINT_DIR, RUNNER_COPY
 from ..model import Allocation, Job, JobSpec, Launcher, Node
+from . import oom
 from .base import ExecutorError
 from .hosts import DockerHost, host_nodes, parse_hosts, short_error
 from .launch import (
@@ -673,7 +674,7 @@ class DockerExecutor(RunExecutor):
             requests = [DeviceRequest(device_ids=devices, capabilities=[["gpu"]])] if devices else None
             host_config = api.create_host_config(
                 binds=[f"{d}:{d}:rw", *self.volumes], network_mode="host", shm_size=self.shm_size, init=True,
-                device_requests=requests,
+                device_requests=requests, oom_score_adj=oom.JOB_OOM_SCORE_ADJ,  # (the OOM killer: jobs first)
                 group_add=[str(g) for g in account.groups if g != account.gid] if account else None,
                 # the shared set-up: a setuid binary in the image (the user's pick) must not make
                 # the job root, with the host's network and whatever the volumes hold

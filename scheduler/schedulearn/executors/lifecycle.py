@@ -284,7 +284,11 @@ class RunExecutor(JobDirExecutor):
 
 # -- the log's marker lines (what `joblogs.failure_reason` and a re-attach read back) -------------
 def start_line(job_id: int, restarts: int, cuda: str, command: str, where: str = "") -> str:
+    """The marker a run's log starts with: one line, a command's newlines (`python -c` with a
+    program) shown as `\\n` (else the lines after the first read as the job's output: the "last
+    log line" of a job that printed nothing)."""
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    command = command.replace("\r", "\\r").replace("\n", "\\n")
     return (f"{joblogs.MARKER} start #{restarts} of job {job_id} at {stamp}{' ' + where if where else ''} "
             f"CUDA_VISIBLE_DEVICES={cuda}: {command} ===\n")
 

@@ -41,6 +41,7 @@ from .. import gpulocks, joblogs, nofollow, pauses
 from ..inventory import HostInventory, Inventory, gpu_names
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Job, JobSpec, Launcher, Node
+from . import oom
 from .base import ExecutorError, Unavailable
 from .jobdir import check_host_workdir
 from .launch import (
@@ -74,8 +75,9 @@ def _gate(cwd: Path | str) -> list[str]:
     alice's checkpoints, inside her 0700 job directory, read her model)."""
     enter = ('cd -- "$1" 2>/dev/null || '
              '{ echo "schedulearn: workdir: cannot enter $1 as $(id -un)" >&2; exit 1; }')
-    return ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; {enter}; shift; exec "$@" </dev/null',
-            "schedulearn-gate", str(cwd)]
+    first = f"echo {oom.JOB_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null"  # (`oom`: jobs go first)
+    return ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; {enter}; {first}; shift; exec "$@" '
+            '</dev/null', "schedulearn-gate", str(cwd)]
 
 
 log = logging.getLogger("schedulearn.executors.local")
@@ -93,6 +95,8 @@ class _Run(Run):
     #: its host-wide GPU claims (`gpulocks`): GPU index -> this server's copy of the descriptor
     #: (its processes inherited those of the GPUs it started on: a restarted server has none)
     claims: dict[int, int] = field(default_factory=dict)
+    #: the file counting OOM kills in its memory cgroup, and the count as it started (`oom`)
+    oom: tuple[str | None, int | None] = (None, None)
 
 
 class LocalExecutor(RunExecutor):
@@ -323,10 +327,12 @@ class LocalExecutor(RunExecutor):
                 gpulocks.GpuLocks.release(claims.values())
                 raise
         assert popen.stdin is not None
+        kills = oom.counter(popen.pid)
         run = _Run(job_id=job_id, restarts=restarts, pid=popen.pid, popen=popen, elastic=elastic,
-                   claims=claims)
+                   claims=claims, oom=(kills, oom.count(kills)))
         info = {"pid": popen.pid, "start_time": _start_time(popen.pid), "boot_id": self._boot_id,
-                "restarts": restarts, "argv": worker.argv, "elastic": list(elastic) if elastic else None}
+                "restarts": restarts, "argv": worker.argv, "elastic": list(elastic) if elastic else None,
+                "oom": list(run.oom)}
         try:  # the pid file first: a run that may ever run user code can be found after a crash
             tmp = d / (PID_FILE + ".tmp")
             tmp.unlink(missing_ok=True)
@@ -517,6 +523,11 @@ class LocalExecutor(RunExecutor):
         wrapper) and 128 + N the wrapper's report of a command ended by signal N; None: the
         wrapper itself was killed (a re-attached run's status is unknown)."""
         assert isinstance(run, _Run)
+        text = self._why_failed(run, code)
+        memory = oom.note(*run.oom)
+        return f"{memory}; {text}" if memory else text
+
+    def _why_failed(self, run: _Run, code: int | None) -> str:
         last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
         if code is None:
             text = (f"ended without recording its exit status (its wrapper, pid {run.pid}, was killed, "
@@ -557,7 +568,8 @@ class LocalExecutor(RunExecutor):
         if self._alive(info):
             np = info.get("elastic")
             run = _Run(job_id=job.id, restarts=int(info.get("restarts", 0)), pid=pid,
-                       elastic=(int(np[0]), int(np[1])) if isinstance(np, list) and len(np) == 2 else None)
+                       elastic=(int(np[0]), int(np[1])) if isinstance(np, list) and len(np) == 2 else None,
+                       oom=_oom_info(info.get("oom")))
             self._append_log(run, reattached_line(run.restarts, f"pid {pid}"))
             if run.elastic is not None and job.alloc:  # a resize in place recorded before the crash
                 self._write_elastic(job.id, dict(job.alloc))
@@ -570,6 +582,16 @@ class LocalExecutor(RunExecutor):
                 joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
             self._report(job.id, code, why)
         return None
+
+
+def _oom_info(value: Any) -> tuple[str | None, int | None]:
+    """A pid file's `oom` ([counter file, count at the start]), checked: the file is one of the
+    cgroup file system's, never a path a job could make the server read elsewhere."""
+    if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int) and value[0].startswith(f"{oom.CGROUP_ROOT}/")
+            and ".." not in value[0]):
+        return value[0], value[1]
+    return None, None
 
 
 def _slot_pids(workers: Path, keep: int) -> list[int]:

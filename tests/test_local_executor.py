@@ -215,6 +215,21 @@ def test_crash_fails_with_the_error_as_reason(tmp_path):
     asyncio.run(main())
 
 
+def test_a_silent_python_c_program_fails_with_its_exit_code_not_a_line_of_its_program(tmp_path):
+    """The log's start line shows the command on one line (newlines as \\n): before, the lines
+    of a `python -c` program after its first read as the job's output, and one became its reason."""
+    async def main():
+        async with live(tmp_path) as (eng, ex):
+            job = eng.submit({"command": [PY, "-c", "import os\nos._exit(3)  # quiet"]})
+            await wait_for(final(eng, job.id), 30, "the job to fail")
+            assert job.state is JobState.failed and job.exit_code == 3
+            assert job.reason == "exit code 3"
+            first = ex.logs(job.id).splitlines()[0]
+            assert first.endswith("-c 'import os\\nos._exit(3)  # quiet' ===")
+
+    asyncio.run(main())
+
+
 def test_cancel_mid_run_sends_sigterm_to_the_group(tmp_path):
     async def main():
         async with live(tmp_path, grace=10) as (eng, ex):

@@ -29,14 +29,15 @@ from tests.test_server_live import Serve, wait_for
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
 
-#: another scheduler's run: claims GPU argv[2] of a 2-GPU virtual node in directory argv[1],
-#: says so, and holds it until killed
+#: a run (of scheduler argv[3], job argv[4]; default: job 7 of another scheduler's) claims GPU
+#: argv[2] of a 2-GPU virtual node in directory argv[1], says so, and holds it until killed
 HOLDER = r"""
 import sys, time
 from schedulearn.gpulocks import GpuLocks
 from schedulearn.model import Node
 gpu = Node.virtual_node("box", 2).gpus[int(sys.argv[2])]
-fds = GpuLocks(sys.argv[1], "/home/bob/jobs", virtual=True).claim([gpu], {"job": 7, "run": 0, "user": "bob"})
+owner, job = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 3 else ("/home/bob/jobs", 7)
+fds = GpuLocks(sys.argv[1], owner, virtual=True).claim([gpu], {"job": job, "run": 0, "user": "bob"})
 print("held", flush=True)
 time.sleep(300)
 """
@@ -44,11 +45,13 @@ time.sleep(300)
 
 @pytest.fixture
 def holder(tmp_path: Path):
-    """`hold(index)`: a process of another scheduler claiming that GPU of node `box`."""
+    """`hold(index[, owner, job])`: a process claiming that GPU of node `box` (default: job 7 of
+    another scheduler, /home/bob/jobs)."""
     procs: list[subprocess.Popen] = []
 
-    def hold(index: int) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "locks"), str(index)],
+    def hold(index: int, *owner_and_job: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "locks"), str(index),
+                              *owner_and_job],
                              stdout=subprocess.PIPE, text=True, env=ENV)
         assert p.stdout is not None and p.stdout.readline().strip() == "held"
         procs.append(p)
@@ -183,6 +186,23 @@ def test_a_start_on_a_gpu_claimed_elsewhere_requeues_the_job_and_another_takes_t
         ex.terminate_all(grace=1)
 
 
+def test_a_claim_of_this_schedulers_own_is_held_only_where_its_job_no_longer_runs(tmp_path: Path, holder):
+    """A process of one of its own runs that outlived its job still claims the GPU: marked held
+    (its own engine places nothing there); the claims of its running jobs are its books'."""
+    ex = LocalExecutor(tmp_path / "jobs", cancel_grace=2, inventory=HostInventory(2, "box"))
+    ex.gpu_locks = GpuLocks(tmp_path / "locks", str(ex.job_root), virtual=True)
+    e = Engine(ex.nodes(), "fifo", ex)
+    try:
+        job = e.submit(JobSpec(command=["sleep", "30"], gpus=1), now=0)
+        e.round(1)
+        assert job.alloc == {"box": (0,)}
+        holder(1, str(ex.job_root), "99")  # job 99 of this scheduler's: long gone from its books
+        held = {g.index: g.held_by for g in ex.nodes()[0].gpus}
+        assert held == {0: "", 1: "job 99 of bob, this scheduler's (a process of its run is still there)"}
+    finally:
+        ex.terminate_all(grace=1)
+
+
 def test_an_in_place_shrink_ends_the_claims_of_the_gpus_it_gave_up(tmp_path: Path):
     ex = LocalExecutor(tmp_path / "jobs", cancel_grace=2)
     ex.gpu_locks = GpuLocks(tmp_path / "locks", str(ex.job_root), virtual=True)
@@ -282,6 +302,8 @@ def test_what_a_claim_file_says_is_shown_only_as_plain_numbers_and_short_printab
     never reaches another user's `schedulearn gpus`."""
     text = gpulocks.describe({"job": "1; rm -rf", "user": "eve\x1b[2J\x07" + "x" * 500, "pid": True,
                               "since": "soon", "owner": "/srv/\x1b]0;pwned\x07jobs"})
+    for when in (1e300, -1e300, float("nan")):  # a number, but not a time: left out, nothing raised
+        assert gpulocks.describe({"job": 3, "since": when}) == "job 3, another scheduler's"
     assert text.isprintable() and "\x1b" not in text and len(text) < 450
     assert text.startswith("a job of eve?[2J?xxx") and "pid" not in text and "since" not in text
     assert text.endswith("another scheduler's (job root /srv/?]0;pwned?jobs)")

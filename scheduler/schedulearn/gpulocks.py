@@ -250,18 +250,20 @@ def describe(holder: dict[str, Any], owner: str | None = None) -> str:
     if user:
         who += f" of {user}"
     if owner is not None and holder.get("owner") == owner:
-        return f"{who} of this scheduler (a process of its run is still there)"
-    since = holder.get("since")
+        return f"{who}, this scheduler's (a process of its run is still there)"
     pid, root = holder.get("pid"), holder.get("owner")
-    when = time.strftime("%H:%M", time.localtime(since)) if isinstance(since, (int, float)) else ""
+    try:
+        when = time.strftime("%H:%M", time.localtime(holder["since"])) if "since" in holder else ""
+    except (OverflowError, OSError, ValueError):  # (not a time)
+        when = ""
     where = ", ".join(x for x in (f"pid {pid}" if pid else "", f"since {when}" if when else "",
                                   f"job root {root}" if root else "") if x)
     return f"{who}, another scheduler's ({where})" if where else f"{who}, another scheduler's"
 
 
-def _plain(text: str) -> str:
-    text = "".join(c if c.isprintable() else "?" for c in text[:200])
-    return text + ("…" if len(text) == 200 else "")
+def _plain(text: str, most: int = 200) -> str:
+    short = "".join(c if c.isprintable() else "?" for c in text[:most])
+    return short + ("…" if len(text) > most else "")
 
 
 def from_setting(value: str, owner: str | os.PathLike[str]) -> GpuLocks | None:

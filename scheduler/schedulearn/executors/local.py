@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .. import gpulocks, joblogs, nofollow, pauses
 from ..inventory import HostInventory, Inventory, gpu_names
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
-from ..model import Allocation, Job, JobSpec, Launcher, Node
+from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
 from . import oom
 from .base import ExecutorError, Unavailable
 from .jobdir import check_host_workdir
@@ -286,10 +286,15 @@ class LocalExecutor(RunExecutor):
                 wait = self.cancel_grace if sent == signal.SIGTERM else 5.0
                 deadline, sent = time.monotonic() + wait, signal.SIGKILL
             time.sleep(0.05)
-        with self._lock:  # (the GPUs it no longer runs on are no longer claimed, for every copy)
-            gone = [run.claims.pop(i) for i in list(run.claims) if keep is not None and i not in keep]
-        gpulocks.GpuLocks.release(gone)
+        if keep is not None:  # (the GPUs it no longer runs on are no longer claimed, for every copy)
+            self._unclaim(run, keep)
         self._released(run.job_id)
+
+    def _unclaim(self, run: _Run, keep: set[int] | frozenset[int] = frozenset()) -> None:
+        """End the run's GPU claims, but those of the GPUs in `keep`."""
+        with self._lock:
+            gone = [run.claims.pop(i) for i in list(run.claims) if i not in keep]
+        gpulocks.GpuLocks.release(gone)
 
     # -- launching ---------------------------------------------------------------------------------
     def _env(self, spec: JobSpec, extra: dict[str, str]) -> dict[str, str]:
@@ -374,10 +379,9 @@ class LocalExecutor(RunExecutor):
         is placed anew) and its log says so."""
         if self.gpu_locks is None:
             return {}
-        node = self._node(next(iter(alloc), ""))
-        gpus = [g for g in (node.gpus if node is not None else []) if g.index in alloc.get(node.name, ())]
         try:
-            return self.gpu_locks.claim(gpus, {"job": job_id, "run": restarts, "user": spec.user})
+            return self.gpu_locks.claim(self._gpus(alloc), {"job": job_id, "run": restarts,
+                                                            "user": spec.user})
         except gpulocks.GpusTaken as e:
             logf.write(f"{joblogs.MARKER} run #{restarts} not started: {e}; placed anew ===\n".encode())
             nodes = copy.deepcopy(self.engine.nodes) if self.engine is not None else []
@@ -388,15 +392,16 @@ class LocalExecutor(RunExecutor):
         processes started before them: they inherited the first GPUs' claims)."""
         if self.gpu_locks is None:
             return {}
-        node = self._node(next(iter(alloc), ""))
-        had = set(old.get(node.name, ())) if node is not None else set()
-        added = [g for g in (node.gpus if node is not None else [])
-                 if g.index in alloc.get(node.name, ()) and g.index not in had]
-        return self.gpu_locks.claim(added, {"job": job.id, "run": job.restarts, "user": job.spec.user})
+        return self.gpu_locks.claim(self._gpus(alloc, but=old),
+                                    {"job": job.id, "run": job.restarts, "user": job.spec.user})
 
-    def _node(self, name: str) -> Node | None:
+    def _gpus(self, alloc: Allocation, but: Allocation | None = None) -> list[Gpu]:
+        """The engine's `Gpu`s of `alloc` (one node: this host), less those of `but`."""
+        name = next(iter(alloc), "")
         nodes = self.engine.nodes if self.engine is not None else []
-        return next((n for n in nodes if n.name == name), None)
+        node = next((n for n in nodes if n.name == name), None)
+        wanted = set(alloc.get(name, ())) - set((but or {}).get(name, ()))
+        return [g for g in node.gpus if g.index in wanted] if node is not None else []
 
     def nodes(self) -> list[Node]:
         """This host's GPUs, those that another scheduler's run claims marked held (`gpulocks`),
@@ -458,9 +463,7 @@ class LocalExecutor(RunExecutor):
             # Not our child: its status is what the wrapper recorded, or unknown when the wrapper
             # itself was killed (never -1, which would read as "killed by SIGHUP").
             code = _read_exit_code(self.job_dir(run.job_id) / EXIT_CODE_FILE)
-        with self._lock:
-            claims, run.claims = run.claims, {}
-        gpulocks.GpuLocks.release(claims.values())
+        self._unclaim(run)
         self._run_over(run, code, self._end_reason(run, code))
 
     def _drain_group(self, run: _Run) -> None:

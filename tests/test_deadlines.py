@@ -364,3 +364,28 @@ def test_an_infeasible_job_is_flagged_at_submission_from_similar_jobs():
     second = [(t, e["event"], e["job"]["deadline_status"]) for t, e in events if e["job"]["id"] == 2]
     (t, *_), flag = second[0], second[1]  # (submissions wait for the next 60 s round)
     assert second[0] == (t, "submitted", "will_miss") and flag == (t, "deadline", "will_miss")
+
+
+def test_a_job_without_progress_that_outran_similar_jobs_has_no_estimate_not_on_track():
+    """`train` reports no progress (a rigid job); the history says a run like it took some 200
+    GPU-seconds. The second run truly needs 1,200 and is due 450 s after submission: it misses.
+    Once it has had more service than the first run needed, the history says nothing more about
+    its time left (the ETA says none): its status is `unknown` from then on — not `on_track` on a
+    tenth of the prediction until the deadline passed (it read `on track` with 8 s to go, then
+    `missed`)."""
+    seen = []
+
+    def watch(engine):  # what a user reads as the job runs, every 20 s
+        job = engine.jobs.get(2)
+        if job is not None and job.state.value == "running":
+            now = engine.clock()
+            seen.append((job.attained(now) >= engine.history.predict(job),
+                         engine.job_dict(job, now).get("deadline_status")))
+
+    rigid = [TraceJob(0, JobSpec(name="train", gpus=2, duration=100), "a"),
+             TraceJob(300, JobSpec(name="train", gpus=2, duration=600, deadline=750), "b")]
+    _, r = _run(rigid, "qoe", actions=[(310 + 20 * k, watch) for k in range(21)])
+    job = r.engine.jobs[2]
+    assert job.state.value == "succeeded" and job.end_time > job.spec.deadline
+    assert {status for outran, status in seen if outran} == {"unknown"}, seen
+    assert {status for outran, status in seen if not outran} == {"on_track"}, seen  # the history's say

@@ -175,6 +175,9 @@ def summary(job: Job, now: float, history: Any, capacity: int, per_node: int,
     est = estimate(job, now, history)
     top = job.spec.max_size(max(capacity, job.spec.min_size))
     predicted = history.predict(job) if history is not None else None
+    if est.progress is None and predicted is not None and job.attained(now) >= predicted:
+        predicted = None  # it has had more service than similar jobs needed: the history tells
+        # nothing more of its time left (nor does its ETA); `unknown`, not on track on a tenth
     times, hope = (times_left(job, est, top, per_node, now, predicted, h) for h in (False, True))
     return status(job, times, now, hope, restart_s)
 

@@ -2,6 +2,7 @@
 efficiency and the best batch size, the work left from reported progress, the run-time
 predictor, and the history of job families."""
 
+import itertools
 import json
 import math
 
@@ -211,7 +212,7 @@ def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
     service; once it has run longer than they took there is no time left to tell (it showed
     `~0s left?` for the rest of its run)."""
     class Similar(History):
-        def predict(self, job):
+        def predict(self, job, similar=False):
             return 300.0
 
     job = _job(gpus=1)
@@ -220,6 +221,37 @@ def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
     assert early["eta_basis"] == "history" and early["eta_s"] == pytest.approx(200.0)
     assert "eta_s" not in summary(job, 300.0, Similar())
     assert "eta_s" not in summary(job, 1000.0, Similar())
+
+def test_the_runs_of_a_cell_or_a_command_are_one_job_to_the_history():
+    """A notebook cell's runs are named `nb[3]`, `nb[9]`... (In [N]); what makes them one job is
+    the cell (`JobSpec.cell`), and a command run again without a name is its command. One earlier
+    run is the prediction there; what a user reads comes only from such similar jobs — not from
+    their other jobs, whose guess still guides a policy."""
+    ids = itertools.count(1)  # (the history's cache goes by job id, unique as in the engine)
+
+    def done(spec, work):
+        return Job(id=next(ids), spec=spec, submit_time=0.0, state=JobState.succeeded, attained_base=work)
+
+    def job(**kw):
+        return Job(id=next(ids), spec=JobSpec(user="ana", **kw), submit_time=0.0)
+
+    h = History()
+    run1 = JobSpec(user="ana", name="nb[3]", cell="nb.ipynb#c1", script="train()")
+    h.add(done(run1, 600.0))
+    h.add(done(JobSpec(user="ana", command=["python", "prep.py"]), 40.0))
+    rerun = job(name="nb[9]", cell="nb.ipynb#c1", script="train(epochs=2)")
+    assert features(rerun)["name"] == "nb.ipynb#c1" and "command" not in features(rerun)  # a script
+    assert family(rerun) == family(Job(id=1, spec=run1, submit_time=0.0))
+    assert h.predict(rerun) == h.predict(rerun, similar=True) == pytest.approx(600.0)
+    new_cell = job(name="nb[10]", cell="nb.ipynb#c2", script="other()")
+    assert h.predict(new_cell) is not None  # the user's jobs: a policy's guess
+    assert h.predict(new_cell, similar=True) is None  # not what a user reads as their job's time
+    again = job(command=["python", "prep.py", "--fast"])  # no name: its command says what it is
+    assert h.predict(again, similar=True) == pytest.approx(40.0)
+    assert family(rerun) != family(new_cell)
+    with pytest.raises(ValueError, match="control characters"):
+        JobSpec.model_validate({"script": "x", "cell": "nb#\x1b[2J"}, context={"boundary": True})
+
 
 def test_what_users_see_of_an_estimate_is_always_finite_json():
     """A job that reports a progress of 1e-320 (a fraction of no use, but a number in 0..1) had
@@ -244,7 +276,7 @@ def test_after_its_first_progress_report_the_time_left_follows_the_pace_of_its_r
     """One report gives progress but no rate yet. A job 5 % done after 17 s (a 300-s run) showed
     `~3s left?` from a similar 20-s job's history; it now shows what its pace so far says."""
     class Similar(History):
-        def predict(self, job):
+        def predict(self, job, similar=False):
             return 20.0
 
     job = Job(id=1, spec=JobSpec(command=["train"], gpus=1), submit_time=0.0)
@@ -255,7 +287,7 @@ def test_after_its_first_progress_report_the_time_left_follows_the_pace_of_its_r
     assert out["eta_basis"] == "progress" and out["eta_s"] == pytest.approx(17 * 19 - 3)
     assert summary(job, 20.0)["eta_s"] == pytest.approx(17 * 19 - 3)  # with no history too
     class Longer(History):
-        def predict(self, job):
+        def predict(self, job, similar=False):
             return 1000.0  # similar jobs say more: the guess stands
 
     assert summary(job, 20.0, Longer()) == {"progress": 0.05, "eta_s": 980.0, "eta_basis": "history"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import inspect
 import os
 import re
@@ -214,6 +215,8 @@ class SchedulearnMagics(Magics):
             "env": env,
             "priority": args.priority,
         }
+        if not args.name:  # its default name changes with every run (In [N]); the cell does not
+            spec["cell"] = self._cell_identity(cell)
         if args.min_gpus is not None:
             spec["min_gpus"] = args.min_gpus
         if args.max_gpus is not None:
@@ -236,6 +239,24 @@ class SchedulearnMagics(Magics):
                 raise UsageError(str(e)) from None
         check_spec(spec)
         return spec
+
+    def _cell_identity(self, cell: str) -> str:
+        """`notebook#id`: the id the front-end gives the running cell (JupyterLab and Notebook 7
+        send it with each execution, as `cellId`; it stays while the cell is edited), else
+        `notebook#code-` and a hash of the cell's code (a re-run of the same code is the same
+        cell). What the scheduler learned from a cell's earlier runs then starts the next."""
+        session = os.environ.get("JPY_SESSION_NAME", "").encode("utf-8", "replace").decode("utf-8")
+        notebook = printable(session)[-200:] or "cell"
+        kernel = getattr(self.shell, "kernel", None)
+        try:
+            parent = kernel.get_parent("shell") if kernel is not None else None
+        except Exception:  # an ipykernel before 6, or no request: no id
+            parent = None
+        meta = parent.get("metadata") if isinstance(parent, dict) else None
+        cell_id = meta.get("cellId") if isinstance(meta, dict) else None
+        if isinstance(cell_id, str) and 0 < len(cell_id) <= 64 and cell_id.isprintable():
+            return f"{notebook}#{cell_id}"
+        return f"{notebook}#code-{hashlib.sha256(cell.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
     def _default_name(self) -> str:
         notebook = os.environ.get("JPY_SESSION_NAME", "")

@@ -122,6 +122,11 @@ class JobSpec(BaseModel):
     #: queue does not count): `Engine`, failed with exit code 124 as `timeout(1)`
     time_limit: Annotated[float, Field(strict=True)] | None = Field(
         None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
+    #: the notebook cell a `%%schedulearn` job came from (`notebook#cell id`, or `notebook#code-`
+    #: and a hash of the cell's code where the front-end gives no id), set by the magics when the
+    #: job has their default name (`notebook[N]`, a new N at every run): the runs of one cell
+    #: are one job to what the scheduler learns from them (their run time, their step times)
+    cell: str | None = Field(None, min_length=1, max_length=300)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -143,12 +148,12 @@ class JobSpec(BaseModel):
                     raise ValueError(f"NUL characters (\\u0000) are not allowed in a value ({name})")
         return v
 
-    @field_validator("name")
+    @field_validator("name", "cell")
     @classmethod
-    def _name(cls, v: str, info: ValidationInfo) -> str:
+    def _name(cls, v: str | None, info: ValidationInfo) -> str | None:
         """A name is one line of text: every view prints it (`schedulearn ls` to a terminal, where
         another user's `\\x1b[2J` would clear the screen, or a tab would shift the columns)."""
-        if _at_boundary(info) and CONTROL.search(v):
+        if v is not None and _at_boundary(info) and CONTROL.search(v):
             raise ValueError(f"control characters (tab, newline, escape, ...) are not allowed, got {v!r}")
         return v
 
@@ -272,7 +277,7 @@ def _encodable(text: str) -> bool:
 
 def _unencodable_field(spec: JobSpec) -> str | None:
     """The first field holding text that cannot be encoded (a lone surrogate), or None."""
-    for name in ("name", "script", "image", "user", "workdir", "application"):
+    for name in ("name", "cell", "script", "image", "user", "workdir", "application"):
         value = getattr(spec, name)
         if value is not None and not _encodable(value):
             return name

@@ -139,3 +139,46 @@ def test_default_name_is_the_cell_number_the_notebook_shows(kernel: tuple[Any, A
     shown = reply["execution_count"]  # what the notebook prints as In [N]
     names = [j["name"] for j in client.jobs() if j["name"].startswith("cell[")]
     assert names[-1] == f"cell[{shown}]", (shown, names)
+
+
+def _run_cell(kc: Any, code: str, cell_id: str | None) -> dict:
+    """Execute `code` as JupyterLab does: the cell's id in the request's metadata (`cellId`)."""
+    msg = kc.session.msg("execute_request", {
+        "code": code, "silent": False, "store_history": True, "user_expressions": {},
+        "allow_stdin": False, "stop_on_error": True}, metadata={"cellId": cell_id} if cell_id else {})
+    kc.shell_channel.send(msg)
+    reply, _ = collect_until_reply(kc, msg["header"]["msg_id"])
+    assert reply["status"] == "ok", reply
+    return reply
+
+
+def test_the_runs_of_one_cell_are_one_job_to_the_history(kernel: tuple[Any, Any], client: Client) -> None:
+    """Each run of a cell has a name of its own (`cell[N]`, In [N]), so the runs of one cell were
+    strangers to each other: a re-run never learned from the runs before it (no time left from
+    history, no family). The spec now carries the cell (`JobSpec.cell`: the id JupyterLab gives
+    it, else a hash of its code): the second run of a cell reads its time left from the first,
+    while a new cell — of the same user, on as many GPUs — reads none."""
+    _, kc = kernel
+    drain(kc)
+    code = "%%schedulearn --no-wait\nimport time\ntime.sleep(6)\n'slept'"
+    _run_cell(kc, code.replace("--no-wait", ""), "a5c1-train")  # the first run, to its end
+    again = _run_cell(kc, code, "a5c1-train")  # the same cell again (its code edited or not)
+    _run_cell(kc, code.replace("sleep(6)", "sleep(7)"), None)  # a new cell, without an id
+    runs = [j for j in client.jobs() if j["name"].startswith("cell[")][-3:]
+    first, second, new = (client.job(j["id"]) for j in runs)
+    assert second["name"] == f"cell[{again['execution_count']}]" != first["name"]
+    assert first["spec"]["cell"] == second["spec"]["cell"] == "cell#a5c1-train"
+    assert new["spec"]["cell"].startswith("cell#code-") and len(new["spec"]["cell"]) == len("cell#code-") + 16
+    deadline = time.monotonic() + 60
+    seen: dict[int, dict] = {}
+    while time.monotonic() < deadline and len(seen) < 2:
+        for j in (second, new):
+            view = client.job(j["id"])
+            if view["state"] == "running" and view.get("run_s", 0) > 1:
+                seen.setdefault(j["id"], view)
+        time.sleep(0.2)
+    assert seen[second["id"]].get("eta_basis") == "history", seen[second["id"]]
+    assert 0 < seen[second["id"]]["eta_s"] < 6, seen[second["id"]]
+    assert "eta_s" not in seen[new["id"]], seen[new["id"]]  # not from the user's other jobs
+    for j in (second, new):
+        wait_job(client, j["name"], "succeeded")

@@ -121,6 +121,23 @@ def test_a_notebook_of_any_file_name_gets_a_valid_default_job_name(
     assert handle.result(timeout=60) == "ok"
 
 
+def test_a_cell_without_a_name_is_known_by_its_notebook_and_code(
+        shell: InteractiveShell, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside JupyterLab (no cell id with the request) the cell is its notebook and a hash of its
+    code: the same code run again is the same cell, other code another; a job given a `--name`
+    is known by it (no cell). The notebook's whole path keeps its tab out, as the name does."""
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/u/a\tb.ipynb")
+    specs = []
+    for line, body in (("--no-wait", "'same'"), ("--no-wait", "'same'"), ("--no-wait", "'other'"),
+                       ("--no-wait --name mine", "'same'")):
+        handle = cell(shell, line, body).result
+        specs.append(client.job(handle.job["id"])["spec"])
+        assert handle.result(timeout=60) in ("same", "other")
+    one, again, other, named = (s.get("cell") for s in specs)
+    assert one == again != other and named is None
+    assert one.startswith("/home/u/a\\tb.ipynb#code-") and "\t" not in one, one
+
+
 def test_a_deadline_reaches_the_spec_and_the_job_view(shell: InteractiveShell, client: Client) -> None:
     """`--deadline 2h` is two hours after submission; the job dict and its text say so."""
     before = time.time()

@@ -174,7 +174,7 @@ def summary(job: Job, now: float, history: Any, capacity: int, per_node: int,
         return status(job, None, now)
     est = estimate(job, now, history)
     top = job.spec.max_size(max(capacity, job.spec.min_size))
-    predicted = history.predict(job) if history is not None else None
+    predicted = history.predict(job, similar=True) if history is not None else None
     if est.progress is None and predicted is not None and job.attained(now) >= predicted:
         predicted = None  # it has had more service than similar jobs needed: the history tells
         # nothing more of its time left (nor does its ETA); `unknown`, not on track on a tenth

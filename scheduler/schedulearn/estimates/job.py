@@ -356,7 +356,7 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
         out["eta_s"] = round(max(left - since, 0.0), 1)
         out["eta_basis"] = "progress"
         return out
-    predicted = history.predict(job) if history is not None else None
+    predicted = history.predict(job, similar=True) if history is not None else None
     if predicted is not None and (work := predicted - job.attained(now)) > 0:  # past it: no honest
         g1 = est.goodput((1,))  # guess is left
         ratio = est.goodput(shape) / g1 if g1 > 0 else float(sum(shape))

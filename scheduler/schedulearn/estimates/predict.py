@@ -5,12 +5,14 @@ original Schedulearn predicted a job's duration as the mean of similar past jobs
 run-time prediction for DL jobs name the model, data set, batch size, epochs and GPU count as the
 dominant features. Here:
 
-* `features(job)`: user, name (the notebook or job name), command (launcher and script), GPUs,
-  batch size, declared epochs, application — whatever the spec has.
+* `features(job)`: user, name (the notebook cell, or the job's name), command (launcher and
+  argv), GPUs, batch size, declared epochs, application — whatever the spec has.
 * `Predictor`: a back-off over feature subsets, most specific first (`LEVELS`); the prediction is
   the median of the `recent` most recent finished jobs at the first level with at least
-  `min_count` of them (durations are heavy-tailed: the median of similar recent jobs predicts a
-  typical one far better than the mean, and users re-run the same job in bursts).
+  `min_count` of them, or with any at a level that names the job (its name or command: one
+  earlier run of the same cell is its best guess) — durations are heavy-tailed: the median of
+  similar recent jobs predicts a typical one far better than the mean, and users re-run the same
+  job in bursts.
 * `MeanOfSimilar`: the baseline — the mean of all finished jobs at the first level with any.
 
 Both learn online (`add` as jobs finish). `benchmarks/bench_predict.py` measures them on the
@@ -31,6 +33,10 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("user", "name", "command", "gpus", "batch_size", "epochs", "application"),
     ("user", "name", "gpus"),
     ("user", "name"),
+    ("user", "command", "gpus"),
+    ("user", "command"),
+    ("name", "gpus"),
+    ("name",),
     ("application", "batch_size", "epochs", "gpus"),
     ("application", "batch_size"),
     ("application",),
@@ -43,18 +49,38 @@ LEVELS: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: Features that make jobs alike enough to tell a user how long theirs will take: a level
+#: without any of them ("your jobs on 2 GPUs", "any job") still guides a policy, but what users
+#: read of their job's time (`History.predict(..., similar=True)`) comes from similar jobs only.
+SIMILAR = frozenset({"name", "command", "application", "cluster"})
+
+
+#: Features that name one job (its runs): at a level with one of them, a single earlier run is
+#: the prediction (`Predictor.min_count` is for levels where a job is one of many alike).
+_RUNS_OF_ONE = frozenset({"name", "command"})
+
+
+def identity(job: Job) -> str | None:
+    """What makes runs one job to the history: the notebook cell it came from (`JobSpec.cell`),
+    else its name unless that is the default `job`."""
+    s = job.spec
+    return s.cell or (s.name if s.name and s.name != "job" else None)
+
+
 def features(job: Job) -> dict[str, Any]:
-    """The features of a job the predictor may use (only those its spec has)."""
+    """The features of a job the predictor may use (only those its spec has). `name` is its
+    `identity` (a notebook cell's runs share it, though each has a name of its own); `command`,
+    the launcher and the first two words of a command's argv (a script job has none: every cell
+    is a script)."""
     s = job.spec
     f: dict[str, Any] = {"gpus": s.requested}
     if s.user:
         f["user"] = s.user
-    if s.name and s.name != "job":
-        f["name"] = s.name
+    ident = identity(job)
+    if ident is not None:
+        f["name"] = ident
     if s.command:
         f["command"] = " ".join([s.launcher.value, *s.command[:2]])
-    elif s.script is not None:
-        f["command"] = f"{s.launcher.value} script"
     for key in ("batch_size", "epochs", "application"):
         v = getattr(s, key)
         if v is not None:
@@ -85,11 +111,15 @@ class Predictor:
             if key is not None:
                 self.seen[key].append(value)
 
-    def predict(self, feats: Mapping[str, Any]) -> float | None:
+    def predict(self, feats: Mapping[str, Any], similar: bool = False) -> float | None:
+        """The prediction at the most specific level with enough jobs; `similar`: only at levels
+        with a feature of `SIMILAR` (None where only less similar jobs would tell)."""
         for level in self.levels:
+            if similar and SIMILAR.isdisjoint(level):
+                continue
             key = _key(level, feats)
             vals = self.seen.get(key) if key is not None else None
-            if vals and (len(vals) >= self.min_count or not level):
+            if vals and (len(vals) >= self.min_count or not level or _RUNS_OF_ONE.intersection(level)):
                 s = sorted(vals)
                 mid = len(s) // 2
                 if len(s) % 2:
@@ -129,11 +159,11 @@ class MeanOfSimilar:
 
 def family(job: Job) -> tuple:
     """Jobs whose step times are alike: the same application (simulation), else the same user,
-    name (notebook and cell) and launcher."""
+    `identity` (the notebook cell, or the name) and launcher."""
     s = job.spec
     if s.application is not None:
         return ("application", s.application)
-    return ("job", s.user, s.name, s.launcher.value)
+    return ("job", s.user, identity(job) or s.name, s.launcher.value)
 
 
 class Prior:
@@ -196,7 +226,7 @@ class History:
         self.predictor = Predictor()
         self.count = 0
         self._new: list[Job] = []  # folded in on the first prediction (replays never pay for it)
-        self._cache: dict[int, tuple[int, float | None]] = {}
+        self._cache: dict[tuple[int, bool], tuple[int, float | None]] = {}
         self.priors: dict[tuple, Prior] = {}
 
     def add(self, job: Job) -> None:
@@ -213,19 +243,21 @@ class History:
         """The step times measured by finished jobs of `job`'s family, if any."""
         return self.priors.get(family(job)) if self.priors else None
 
-    def predict(self, job: Job) -> float | None:
-        """Predicted total work of `job` in seconds on one GPU (None without history)."""
+    def predict(self, job: Job, similar: bool = False) -> float | None:
+        """Predicted total work of `job` in seconds on one GPU (None without history). `similar`:
+        only from jobs alike enough to tell its user (`Predictor.predict`)."""
         if not self.count:
             return None
         for done in self._new:
             work = done.extra.get("work_s1") or done.attained_base
             self.predictor.add(features(done), float(work))
         self._new.clear()
-        hit = self._cache.get(job.id)
+        key = (job.id, similar)
+        hit = self._cache.get(key)
         if hit is not None and hit[0] == self.count:
             return hit[1]
-        value = self.predictor.predict(features(job))
-        self._cache[job.id] = (self.count, value)
+        value = self.predictor.predict(features(job), similar)
+        self._cache[key] = (self.count, value)
         return value
 
 

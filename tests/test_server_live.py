@@ -596,7 +596,9 @@ def test_a_shared_schedulers_jobs_keep_their_environment_log_and_result_from_oth
             ws.close()
 
     script = "import time\nprint('alice secret log')\ntime.sleep(1)\n"
-    submit = lambda: alice.submit({"script": script, "env": {"WANDB_API_KEY": "s3cret"}})  # noqa: E731
+    cell = "/home/alice/thesis.ipynb#code-0123456789abcdef"  # a hash of her cell's code
+    submit = lambda: alice.submit({"script": script, "env": {"WANDB_API_KEY": "s3cret"},  # noqa: E731
+                                   "cell": cell})
     seen_by_bob = asyncio.run(first_job_event("bob-token", submit))
     job_id = seen_by_bob["id"]
     seen_by_alice = asyncio.run(first_job_event("alice-token", lambda: {"id": job_id}))
@@ -608,8 +610,10 @@ def test_a_shared_schedulers_jobs_keep_their_environment_log_and_result_from_oth
     for d in (seen_by_bob, bob.job(job_id), next(j for j in bob.jobs() if j["id"] == job_id)):
         assert d["user"] == "alice" and d["spec"]["env"] == {"WANDB_API_KEY": "(hidden)"}
         assert "script" not in d["spec"] and "s3cret" not in json.dumps(d)
+        assert d["spec"]["cell"] == "(hidden)"
     for d in (seen_by_alice, alice.job(job_id), next(j for j in alice.jobs() if j["id"] == job_id)):
         assert d["spec"]["env"] == {"WANDB_API_KEY": "s3cret"} and "script" not in d["spec"]
+        assert d["spec"]["cell"] == cell
         assert d["script_bytes"] == len(script)  # the script itself: `GET jobs/{id}/script`
     assert alice.script(job_id) == script
     for read in (bob.logs, lambda i: bob.logs(i, tail=5), bob.log_page, lambda i: "".join(bob.follow(i)),

@@ -212,12 +212,13 @@ HIDDEN = "(hidden)"
 
 def hide_private(d: dict[str, Any]) -> dict[str, Any]:
     """A job dict as another user of a shared scheduler sees it: its environment's names without
-    their values, no script, and no failure reason (a failed run's reason quotes its log)
-    (`Settings.private_jobs`)."""
+    their values, no script nor the hash of a cell's code (`cell`), and no failure reason (a
+    failed run's reason quotes its log) (`Settings.private_jobs`)."""
     spec = dict(d.get("spec") or {})
     spec["env"] = dict.fromkeys(spec.get("env") or {}, HIDDEN)
-    if spec.get("script") is not None:
-        spec["script"] = HIDDEN
+    for key in ("script", "cell"):
+        if spec.get(key) is not None:
+            spec[key] = HIDDEN
     out = {**d, "spec": spec, "private": True}
     if d.get("state") == "failed" and d.get("reason"):
         out["reason"] = HIDDEN

@@ -35,8 +35,6 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("user", "name"),
     ("user", "command", "gpus"),
     ("user", "command"),
-    ("name", "gpus"),
-    ("name",),
     ("application", "batch_size", "epochs", "gpus"),
     ("application", "batch_size"),
     ("application",),
@@ -68,14 +66,13 @@ def identity(job: Job) -> str | None:
 
 
 def features(job: Job) -> dict[str, Any]:
-    """The features of a job the predictor may use (only those its spec has). `name` is its
+    """The features of a job the predictor may use (those its spec has; `user` always: one user's
+    jobs are never another's runs, and the runs of a job with no user are still one). `name` is its
     `identity` (a notebook cell's runs share it, though each has a name of its own); `command`,
     the launcher and the first two words of a command's argv (a script job has none: every cell
     is a script)."""
     s = job.spec
-    f: dict[str, Any] = {"gpus": s.requested}
-    if s.user:
-        f["user"] = s.user
+    f: dict[str, Any] = {"gpus": s.requested, "user": s.user}  # "": a single-user or simulated job
     ident = identity(job)
     if ident is not None:
         f["name"] = ident

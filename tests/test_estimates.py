@@ -222,6 +222,7 @@ def test_time_left_from_history_ends_when_the_job_outlives_the_prediction():
     assert "eta_s" not in summary(job, 300.0, Similar())
     assert "eta_s" not in summary(job, 1000.0, Similar())
 
+
 def test_the_runs_of_a_cell_or_a_command_are_one_job_to_the_history():
     """A notebook cell's runs are named `nb[3]`, `nb[9]`... (In [N]); what makes them one job is
     the cell (`JobSpec.cell`), and a command run again without a name is its command. One earlier

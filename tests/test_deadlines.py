@@ -389,3 +389,33 @@ def test_a_job_without_progress_that_outran_similar_jobs_has_no_estimate_not_on_
     assert job.state.value == "succeeded" and job.end_time > job.spec.deadline
     assert {status for outran, status in seen if outran} == {"unknown"}, seen
     assert {status for outran, status in seen if not outran} == {"on_track"}, seen  # the history's say
+
+
+def test_qoe_lets_a_late_job_seconds_from_its_end_finish_before_a_newcomer_takes_its_gpus():
+    """A cifar10 run on all 4 GPUs, due 300 s before it can end (it misses, and is given up);
+    a second one, due an hour later, arrives a round before the first ends. At the last round the
+    first has 8 s of work left, less than a restart costs it: `qoe` lets it finish, then starts
+    the newcomer, which still makes its deadline, a round later. Without that rule (as before) the
+    newcomer's deadline took the GPUs and the late job, a few seconds from its end, waited for
+    the newcomer's whole run (20 minutes) and a restart."""
+    from schedulearn.policies.qoe import QoE
+
+    def cifar10(name: str, at: float, due: float) -> TraceJob:
+        return TraceJob(at, JobSpec(name=name, gpus=4, min_gpus=1, max_gpus=4, application="cifar10",
+                                    batch_size=2048, adaptive_batch=True, deadline=due), name)
+
+    class Before(QoE):
+        def finishing(self, job, ctx, per_node):
+            return False
+
+    setup = {"interval": 35, "restart_penalty": 30}
+    end = simulate([cifar10("late", 0.0, 1e6)], parse_cluster("1x4"), "qoe", **setup).jobs[0].end_time
+    trace = [cifar10("late", 0.0, end - 300), cifar10("new", end - 35, end + 3000)]
+    (now, before) = ({j.spec.name: j for j in simulate(trace, parse_cluster("1x4"), p, **setup).jobs}
+                     for p in (QoE(), Before()))
+    assert now["late"].end_time == pytest.approx(end, abs=1.0) and now["late"].restarts == 0
+    assert before["late"].restarts == 1 and before["late"].end_time > end + 1000  # what it spared
+    assert now["late"].end_time > now["late"].spec.deadline  # (it was late all the same)
+    for run in (now, before):
+        assert run["new"].end_time <= run["new"].spec.deadline
+    assert now["new"].end_time <= before["new"].end_time + setup["interval"] + 1.0  # a round, at most

@@ -2,6 +2,10 @@
 
 Each round, before the `goodput` policy's sizing (which then shares the GPUs left by marginal
 value among all admitted jobs, deadline jobs included):
+0. A running job past its deadline, or given up, that its estimate finishes where it runs within
+   what a restart costs it keeps its GPUs: taken, they would cost it more than they free (traced
+   on workload 1: a cifar10 job 6 s late at 99.7 % of its work lost its 38 GPUs to newer
+   deadlines and waited 18 minutes to run its last second).
 1. Jobs that have waited `starve_after` (30 min) get their minimum first. This is the bound every
    job keeps, best effort or not: a queued job is admitted at most 30 min after it starts waiting
    plus the time the starving jobs ahead of it hold the front (each as long as it waited).
@@ -36,7 +40,7 @@ from __future__ import annotations
 from .. import pauses
 from ..estimates import estimate
 from ..estimates.deadline import needed_gpus, times_left
-from ..model import Job
+from ..model import Job, JobState
 from .base import RoundContext
 from .goodput import Goodput
 
@@ -62,10 +66,14 @@ class QoE(Goodput):
 
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
         now, left = ctx.now, ctx.capacity
+        for job in order:  # 0. missed or given up, and done sooner than a restart would cost
+            if job.size and job.size <= left and self.finishing(job, ctx, per_node):
+                self.give(job, job.size, size, now)
+                left -= job.size
         for job in order:  # 1. the starving (and those admitted so), who keep the front
             if not (job.id in self._boost or self.starving(job, now)):
                 break
-            if job.spec.min_size <= left:
+            if job not in size and job.spec.min_size <= left:
                 self.give(job, job.spec.min_size, size, now)
                 left -= job.spec.min_size
         self._dropped &= {j.id for j in order}
@@ -106,6 +114,17 @@ class QoE(Goodput):
         deadline gives way to one that can still make it, at the next tick, not at the next
         submission or exit)."""
         return now if self._timed else super().next_change(running, now)
+
+    def finishing(self, job: Job, ctx: RoundContext, per_node: int) -> bool:
+        """Whether `job` runs past its deadline (or was given up) and its estimate finishes it on
+        its GPUs sooner than a restart would cost it."""
+        deadline = job.spec.deadline
+        if job.state is not JobState.running or deadline is None or not (
+                ctx.now >= deadline or job.id in self._dropped):
+            return False
+        est = estimate(job, ctx.now, ctx.history)
+        times = times_left(job, est, job.size, per_node, ctx.now, ctx.predict(job))
+        return times is not None and times[job.size] <= pauses.price(job, self.restart_cost)
 
     def gave_up(self, job: Job) -> bool:
         return job.id in self._dropped

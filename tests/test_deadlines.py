@@ -419,3 +419,18 @@ def test_qoe_lets_a_late_job_seconds_from_its_end_finish_before_a_newcomer_takes
     for run in (now, before):
         assert run["new"].end_time <= run["new"].spec.deadline
     assert now["new"].end_time <= before["new"].end_time + setup["interval"] + 1.0  # a round, at most
+
+
+def test_a_late_job_without_progress_of_its_own_is_not_kept_for_its_end():
+    """`train` reports no progress; a run like it took 160 GPU-seconds, the second one truly
+    needs 9,600 and misses its deadline. Its time left then rests on similar jobs' runs only
+    (floored at a tenth of theirs: 2 s on its 8 GPUs), which say nothing of how near its end it
+    is: `urgent`, due 600 s after it arrives, gets the GPUs and makes it (it missed, by 370 s, when
+    that floor kept `train` on them as if a second from its end)."""
+    rigid = [TraceJob(0, JobSpec(name="train", gpus=8, duration=20), "a"),
+             TraceJob(300, JobSpec(name="train", gpus=8, duration=1200, deadline=750), "b"),
+             TraceJob(900, JobSpec(name="urgent", gpus=8, duration=300, deadline=1500), "c")]
+    _, r = _run(rigid, "qoe")
+    _, train, urgent = r.jobs
+    assert urgent.end_time <= urgent.spec.deadline
+    assert train.restarts == 1 and train.state.value == "succeeded"  # preempted, then finished

@@ -2,10 +2,10 @@
 
 Each round, before the `goodput` policy's sizing (which then shares the GPUs left by marginal
 value among all admitted jobs, deadline jobs included):
-0. A running job past its deadline, or given up, that its estimate finishes where it runs within
-   what a restart costs it keeps its GPUs: taken, they would cost it more than they free (traced
-   on workload 1: a cifar10 job 6 s late at 99.7 % of its work lost its 38 GPUs to newer
-   deadlines and waited 18 minutes to run its last second).
+0. A running job past its deadline, or given up, that its estimate (from its own reported
+   progress) finishes where it runs within what a restart costs it keeps its GPUs: taken, they
+   would cost it more than they free (traced on workload 1: a cifar10 job 6 s late at 99.7 % of
+   its work lost its 38 GPUs to newer deadlines and waited 18 minutes to run its last second).
 1. Jobs that have waited `starve_after` (30 min) get their minimum first. This is the bound every
    job keeps, best effort or not: a queued job is admitted at most 30 min after it starts waiting
    plus the time the starving jobs ahead of it hold the front (each as long as it waited).
@@ -116,13 +116,15 @@ class QoE(Goodput):
         return now if self._timed else super().next_change(running, now)
 
     def finishing(self, job: Job, ctx: RoundContext, per_node: int) -> bool:
-        """Whether `job` runs past its deadline (or was given up) and its estimate finishes it on
-        its GPUs sooner than a restart would cost it."""
+        """Whether `job` runs past its deadline (or was given up) and its estimate, from its own
+        reported progress, finishes it on its GPUs sooner than a restart would cost it."""
         deadline = job.spec.deadline
         if job.state is not JobState.running or deadline is None or not (
                 ctx.now >= deadline or job.id in self._dropped):
             return False
         est = estimate(job, ctx.now, ctx.history)
+        if est.progress is None:  # no progress of its own: similar jobs' runs, floored at a
+            return False  # tenth of theirs, say nothing of how near its end is
         times = times_left(job, est, job.size, per_node, ctx.now, ctx.predict(job))
         return times is not None and times[job.size] <= pauses.price(job, self.restart_cost)
 

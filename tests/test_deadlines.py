@@ -15,6 +15,7 @@ from schedulearn.client import ClientError
 from schedulearn.client_cli import build_spec
 from schedulearn.engine import Engine
 from schedulearn.model import JobSpec, SpecError, parse_cluster
+from schedulearn.policies.qoe import QoE
 from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.metrics import deadline_metrics
 from schedulearn.sim.simulate import simulate
@@ -398,8 +399,6 @@ def test_qoe_lets_a_late_job_seconds_from_its_end_finish_before_a_newcomer_takes
     the newcomer, which still makes its deadline, a round later. Without that rule (as before) the
     newcomer's deadline took the GPUs and the late job, a few seconds from its end, waited for
     the newcomer's whole run (20 minutes) and a restart."""
-    from schedulearn.policies.qoe import QoE
-
     def cifar10(name: str, at: float, due: float) -> TraceJob:
         return TraceJob(at, JobSpec(name=name, gpus=4, min_gpus=1, max_gpus=4, application="cifar10",
                                     batch_size=2048, adaptive_batch=True, deadline=due), name)

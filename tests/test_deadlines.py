@@ -49,6 +49,8 @@ def test_parse_reads_durations_times_of_day_and_dates(text, after):
     ("31d", "deadline: 2026-12-24 15:00:00 is more than 30 days ahead"),
     ("2 weeks", "deadline: cannot read '2 weeks'"),
     ("2 hourss", "deadline: cannot read '2 hourss'"), ("1h30", "deadline: cannot read '1h30'"),
+    ("-5m", "deadline: -5m is a duration back in the past; expected a time after submission"),
+    ("-1h30m", "deadline: -1h30m is a duration back in the past"),
 ])
 def test_bad_deadlines_are_one_line_naming_the_field(text, message):
     with pytest.raises(SpecError) as e:
@@ -147,6 +149,28 @@ def test_the_cli_client_reads_deadlines_before_sending_anything():
     assert abs(spec["deadline"] - (datetime.now().timestamp() + 7200)) < 60
     with pytest.raises(ClientError, match="^deadline: cannot read 'tomorrowish'"):
         build_spec(parser.parse_args(["submit", "--deadline", "tomorrowish", "--", "true"]))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--deadline", "-5m"], "deadline: -5m is a duration back in the past; expected a time after submission, "
+                            "such as 2h or 90m from now"),
+    (["--timeout", "-5m"], "--timeout: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got '-5m'"),
+])
+def test_the_cli_reads_a_value_with_a_minus_as_the_options_and_sends_nothing(capsys, argv, message):
+    """`--deadline -5m` is the option's value (argparse alone would answer "expected one argument"):
+    one line naming the field, exit 1 as every client error, before any server is asked (none
+    listens on port 9: asking it would say so instead)."""
+    from schedulearn.cli import main
+    assert main(["submit", "--url", "http://127.0.0.1:9", *argv, "--", "true"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"schedulearn: {message}\n", err
+
+
+def test_attach_values_leaves_the_jobs_own_argv_alone():
+    assert deadlines.attach_values(["submit", "--deadline", "-5m", "--gpus", "2", "--", "run", "--deadline",
+                                    "-1h"]) == ["submit", "--deadline=-5m", "--gpus", "2", "--", "run",
+                                                "--deadline", "-1h"]
+    assert deadlines.attach_values(["--deadline", "--gpus", "2"]) == ["--deadline", "--gpus", "2"]
 
 
 # -- traces and metrics --------------------------------------------------------------------------

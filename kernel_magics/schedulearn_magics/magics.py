@@ -183,7 +183,7 @@ class SchedulearnMagics(Magics):
 
     def _parse(self, line: str) -> Any:
         try:  # shell quoting (IPython's own split keeps the quotes around 'a b')
-            return self.schedulearn.parser.parse_args(shlex.split(line))
+            return self.schedulearn.parser.parse_args(deadlines.attach_values(shlex.split(line)))
         except UsageError as e:
             raise UsageError(f"%%schedulearn: {e} (see %%schedulearn --help)") from None
         except ValueError as e:  # an unclosed quote in the options line

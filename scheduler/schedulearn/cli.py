@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from . import __version__, client_cli
+from . import __version__, client_cli, deadlines
 from .model import SpecError
 
 #: Modules of other packages that add subcommands: each has `register(subparsers)`.
@@ -416,7 +416,7 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(deadlines.attach_values(sys.argv[1:] if argv is None else argv))
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

@@ -615,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (the project's `schedulearn.cli` registers the same commands)."""
     parser = argparse.ArgumentParser(prog="schedulearn")
     register(parser.add_subparsers(dest="command_name", required=True))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(deadlines.attach_values(sys.argv[1:] if argv is None else argv))
     return args.func(args)
 
 

@@ -37,6 +37,9 @@ def parse(text: str, now: float | None = None) -> float:
     now = time.time() if now is None else now
     raw = (text or "").strip()
     value: float | None = None
+    if raw.startswith("-") and (m := _DURATION.match(raw[1:])) and any(m.groups()):
+        raise SpecError(f"deadline: {raw} is a duration back in the past; expected a time after "
+                        "submission, such as 2h or 90m from now")
     m = _DURATION.match(raw)
     if raw and m and any(m.groups()):
         d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
@@ -112,6 +115,31 @@ def parse_duration(text: str, option: str = "--timeout") -> float:
     if not value > 0 or value == float("inf"):
         raise SpecError(f"{option}: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got {text!r}")
     return value
+
+
+#: options whose value may be typed with a leading minus (`--deadline -5m`): argparse would read
+#: it as an option and answer "expected one argument"; `attach_values` keeps it the value
+VALUE_OPTIONS = ("--deadline", "--timeout", "--since")
+
+
+def attach_values(argv: list[str], options: tuple[str, ...] = VALUE_OPTIONS) -> list[str]:
+    """`argv` with `--deadline -5m` written `--deadline=-5m` (for each of `options` followed by a
+    value that starts with a minus and a digit), so that the value reaches its own check and
+    its one-line error; nothing after `--` (a job's command) is touched."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if arg in options and re.match(r"-\d", nxt):
+            out.append(f"{arg}={nxt}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def unplanned_note(client: Any, switch: str) -> str | None:

@@ -278,6 +278,8 @@ def test_the_text_view_prints_the_log_once_as_it_comes(shell: InteractiveShell, 
         ("--epochs 0", "1", "--epochs: expected an integer >= 1, got 0"),
         ("--deadline soon", "1", "--deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m, 2d)"),
         ("--deadline 900h", "1", "--deadline: "),
+        ("--deadline -5m", "1", "--deadline: -5m is a duration back in the past; expected a time after "
+         "submission"),
         ("--min-gpus 3 --max-gpus 2 --gpus auto", "1", "--min-gpus: must be <= --max-gpus"),
         ("--gpus auto --resize in-place --launcher python", "1",
          "--resize: 'in-place' needs the horovod or torchrun launcher"),

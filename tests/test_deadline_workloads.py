@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from schedulearn.model import parse_cluster
+from schedulearn.sim.simulate import simulate
 from schedulearn.sim.traces import load_trace
 
 from benchmarks import bench_deadlines as bench
@@ -79,3 +81,19 @@ def test_cheapest_alone_is_the_fewest_gpu_seconds_that_make_the_budget(tmp_path:
     cheapest = bench.cheapest_alone(spec, four + 1)  # one GPU too slow: some size from 2 to 4
     assert one < cheapest <= 4 * four
     assert bench.cheapest_alone(spec, 1.0) == float("inf")
+
+
+def test_each_job_alone_arrives_when_it_arrives_in_the_workload(tmp_path: Path):
+    """The "each job alone" reference runs a job at its own arrival, so its first round comes as
+    soon after it as in the workload (here 20 s, at 120 s; moved to time 0 it would wait 60 s):
+    a deadline a few seconds past its run alone is met."""
+    def trace(deadline_s: float) -> list:
+        p = tmp_path / "w.csv"
+        p.write_text(f"name,time,application,num_replicas,batch_size,deadline\n"
+                     f"c,100,cifar10,4,512,{round(deadline_s)}\n")
+        return load_trace(p)
+
+    job = simulate(trace(99_999), parse_cluster("16x4"), "goodput", **bench.SETUP).jobs[0]
+    jct = job.end_time - job.submit_time  # goodput reads no deadline: the same run for any
+    assert bench.ceiling(trace(jct + 5)) == 1.0
+    assert bench.ceiling(trace(jct - 5)) == 0.0

@@ -125,7 +125,9 @@ VALUE_OPTIONS = ("--deadline", "--timeout", "--since")
 def attach_values(argv: list[str], options: tuple[str, ...] = VALUE_OPTIONS) -> list[str]:
     """`argv` with `--deadline -5m` written `--deadline=-5m` (for each of `options` followed by a
     value that starts with a minus and a digit), so that the value reaches its own check and
-    its one-line error; nothing after `--` (a job's command) is touched."""
+    its one-line error. Nothing after `--` is touched: a job's command goes there (`schedulearn
+    submit [options] -- COMMAND`); one given without `--` that has such an option of its own
+    gets it in the `--option=value` form, which argparse, click and getopt read the same."""
     out: list[str] = []
     i = 0
     while i < len(argv):

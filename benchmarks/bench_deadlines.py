@@ -166,7 +166,7 @@ def load_fits(trace: list[TraceJob], costs: list | None = None) -> float:
     return fit_together(alone_costs(trace) if costs is None else costs) / len(trace)
 
 
-def table(rows: list[dict], ceilings: dict[int, tuple[float, float, float]]) -> str:
+def table(rows: list[dict], ceilings: dict[int, tuple[float, float, float, float]]) -> str:
     base = {(r["workload"], r["policy"]): r for r in rows}
     head = ("| workload | policy | deadlines met | vs goodput | vs edf | avg tardiness s | avg JCT s "
             "| best-effort JCT vs goodput | restarts | sim wall s |")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from schedulearn import deadlines, pauses, policies
-from schedulearn.cli import build_parser
+from schedulearn.cli import build_parser, main
 from schedulearn.client import ClientError
 from schedulearn.client_cli import build_spec
 from schedulearn.engine import Engine
@@ -160,7 +160,6 @@ def test_the_cli_reads_a_value_with_a_minus_as_the_options_and_sends_nothing(cap
     """`--deadline -5m` is the option's value (argparse alone would answer "expected one argument"):
     one line naming the field, exit 1 as every client error, before any server is asked (none
     listens on port 9: asking it would say so instead)."""
-    from schedulearn.cli import main
     assert main(["submit", "--url", "http://127.0.0.1:9", *argv, "--", "true"]) == 1
     err = capsys.readouterr().err
     assert err == f"schedulearn: {message}\n", err

@@ -25,10 +25,14 @@ whether the load itself leaves room, not what a scheduler can reach.
 
     python benchmarks/bench_deadlines.py [--workloads 1,2,3,4] [--policies qoe,goodput,edf,las]
                                          [--estimates reported|oracle] [--mixed] [--ceiling]
-                                         [--shift S] [--json]
+                                         [--shift S[,S...]] [--jobs N] [--json]
 
 `--shift S`: every arrival and deadline S seconds later — the same trace at another phase against
-the 60 s rounds (`sim.traces.shifted`); the shares met move by a few points with it.
+the 60 s rounds (`sim.traces.shifted`); the shares met move by a few points with it. Several
+(`--shift 0,15,30,45`): a table per phase, then each workload and policy's share met at every
+phase and their mean — a steadier figure than one phase (`benchmarks/phases.py`). `--jobs N`:
+N simulations side by side in their own processes (the same figures, sooner; the sim wall
+times then include the other processes' load).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scheduler"))
+sys.path[:0] = [str(ROOT), str(ROOT / "scheduler")]
 
 from schedulearn.estimates.job import packed_shape  # noqa: E402
 from schedulearn.model import JobSpec, parse_cluster  # noqa: E402
@@ -51,6 +55,8 @@ from schedulearn.sim.adaptive import AdaptiveBatch  # noqa: E402
 from schedulearn.sim.apps import get_profile  # noqa: E402
 from schedulearn.sim.simulate import simulate  # noqa: E402
 from schedulearn.sim.traces import TraceJob, load_trace, shifted  # noqa: E402
+
+from benchmarks import phases  # noqa: E402
 
 POLICIES = ("qoe", "goodput", "edf", "las")
 SETUP = {"interval": 60, "restart_penalty": 30}
@@ -66,15 +72,30 @@ def workload(traces: Path, w: int, mixed: bool, shift: float = 0.0) -> list[Trac
     return trace
 
 
-def one(trace: list[TraceJob], w: int, policy: str, estimates: str) -> dict:
+def one(trace: list[TraceJob], w: int, policy: str, estimates: str, shift: float = 0.0) -> dict:
     r = simulate(trace, parse_cluster("16x4"), policy, estimates=estimates, **SETUP)
     m = r.metrics
-    print(f"workload-{w} {policy}: {m['deadline_met']:.1%} met, {r.wall_s:.1f} s wall",
+    at = f" (shift {shift:g} s)" if shift else ""
+    print(f"workload-{w}{at} {policy}: {m['deadline_met']:.1%} met, {r.wall_s:.1f} s wall",
           file=sys.stderr, flush=True)
-    return {"workload": w, "policy": policy, "estimates": estimates, "deadline_jobs": m["deadline_jobs"],
+    return {"workload": w, "shift": shift, "policy": policy, "estimates": estimates,
+            "deadline_jobs": m["deadline_jobs"],
             "deadline_met": m["deadline_met"], "avg_tardiness_s": m["avg_tardiness_s"],
             "avg_jct_s": m["avg_jct_s"], "be_avg_jct_s": m["be_avg_jct_s"],
             "restarts": sum(j.restarts for j in r.jobs), "wall_s": round(r.wall_s, 2)}
+
+
+def one_at(traces: Path, w: int, mixed: bool, shift: float, policy: str, estimates: str) -> dict:
+    """`one` on workload w at that phase (a task for `phases.run`)."""
+    return one(workload(traces, w, mixed, shift), w, policy, estimates, shift)
+
+
+def ceilings_at(traces: Path, w: int, mixed: bool, shift: float) -> tuple[float, float, float, float]:
+    """The four references of `--ceiling` for workload w's deadline jobs at that phase: alone
+    under goodput, alone under qoe, feasible alone on a fixed size, fit together (a task)."""
+    timed = [tj for tj in workload(traces, w, mixed, shift) if tj.spec.deadline is not None]
+    costs = alone_costs(timed)  # the job models' truth, worked out once for both
+    return ceiling(timed), ceiling(timed, "qoe"), feasible_alone(timed, costs), load_fits(timed, costs)
 
 
 def ceiling(trace: list[TraceJob], policy: str = "goodput") -> float:
@@ -199,38 +220,67 @@ def main() -> None:
     ap.add_argument("--ceiling", action="store_true",
                     help="also each job alone under goodput and under qoe, the share feasible alone "
                          "and the share that fits the cluster's GPU-seconds together (truth)")
-    ap.add_argument("--shift", type=float, default=0.0, metavar="S",
-                    help="every arrival and deadline S seconds later: another phase of the rounds")
+    ap.add_argument("--shift", default="0", metavar="S[,S...]",
+                    help="every arrival and deadline S seconds later: another phase of the rounds; "
+                         "several (0,15,30,45): each phase and the mean")
+    ap.add_argument("--jobs", default="1", metavar="N", help="simulations side by side (processes)")
     ap.add_argument("--traces", type=Path, default=ROOT / "traces")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args()
-    if not 0 <= args.shift < 86400:
-        ap.error(f"--shift: expected seconds in [0, 86400), got {args.shift:g}")
+    try:
+        shifts, jobs = phases.parse_shifts(args.shift), phases.parse_jobs(args.jobs)
+    except ValueError as e:
+        ap.error(str(e))
     try:
         workloads = [int(w) for w in args.workloads.split(",")]
         if not all(w in WORKLOADS for w in workloads):
             raise ValueError
     except ValueError:
         ap.error(f"--workloads: expected numbers among 1-8, got {args.workloads!r}")
+    policies = args.policies.split(",")
     began = time.perf_counter()
-    rows, ceilings = [], {}
-    for w in workloads:
-        trace = workload(args.traces, w, args.mixed, args.shift)
-        rows += [one(trace, w, p, args.estimates) for p in args.policies.split(",")]
-        if args.ceiling:
-            timed = [tj for tj in trace if tj.spec.deadline is not None]
-            costs = alone_costs(timed)  # the job models' truth, worked out once for both
-            ceilings[w] = (ceiling(timed), ceiling(timed, "qoe"), feasible_alone(timed, costs),
-                           load_fits(timed, costs))
+    tasks = [(one_at, (args.traces, w, args.mixed, s, p, args.estimates))
+             for s in shifts for w in workloads for p in policies]
+    marks = [(w, s) for s in shifts for w in workloads] if args.ceiling else []
+    tasks += [(ceilings_at, (args.traces, w, args.mixed, s)) for w, s in marks]
+    done = phases.run(tasks, jobs)
+    cut = len(done) - len(marks)
+    rows, ceilings = done[:cut], dict(zip(marks, done[cut:], strict=True))
+    means = phases.mean_rows(rows, ("workload", "policy"), ("deadline_met", "avg_tardiness_s", "avg_jct_s"))
     if args.json:
-        print(json.dumps({"rows": rows, "ceiling": ceilings}, indent=2))
+        out = {"rows": rows, "ceiling": {w: c for (w, _), c in ceilings.items()}}
+        if len(shifts) > 1:
+            out = {"rows": rows, "ceiling": [{"workload": w, "shift": s, "references": c}
+                                             for (w, s), c in ceilings.items()], "means": means}
+        print(json.dumps(out, indent=2))
         return
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load average {load:.1f}; estimates {args.estimates}{', mixed' if args.mixed else ''}"
-          f"{f', arrivals shifted by {args.shift:g} s' if args.shift else ''}; "
-          f"{time.perf_counter() - began:.0f} s in all")
-    print(table(rows, ceilings))
+          f"load average {load:.1f}; estimates {args.estimates}{', mixed' if args.mixed else ''}; "
+          f"{jobs} at a time; {time.perf_counter() - began:.0f} s in all")
+    for s in shifts:
+        if s or len(shifts) > 1:
+            print(f"\narrivals shifted by {s:g} s")
+        print(table([r for r in rows if r["shift"] == s], {w: c for (w, t), c in ceilings.items() if t == s}))
+    if len(shifts) > 1:
+        print(f"\nmean over the {len(shifts)} phases")
+        print(phase_table(means))
+
+
+def phase_table(means: list[dict]) -> str:
+    """Per workload and policy: the share met at each phase, their mean, and the mean's margin
+    over goodput's and edf's means (where they ran)."""
+    base = {(m["workload"], m["policy"]): m["deadline_met"] for m in means}
+    shifts = " / ".join(f"{s:g}" for s in means[0]["shifts"])
+    lines = [f"| workload | policy | met at {shifts} s | mean met | vs goodput | vs edf | mean avg JCT s |",
+             "|" + "---|" * 7]
+    for m in means:
+        w, v = m["workload"], m["deadline_met"]
+        vs = [f"{100 * (v - base[(w, p)]):+.1f} pts" if (w, p) in base else "–" for p in ("goodput", "edf")]
+        each = " / ".join(f"{100 * x:.1f}" for x in m["deadline_met_by_shift"])
+        lines.append(f"| {w} | {m['policy']} | {each} % | {v:.1%} | {vs[0]} | {vs[1]} "
+                     f"| {m['avg_jct_s']:,.0f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from schedulearn.cli import build_parser, main
 from schedulearn.client import ClientError
 from schedulearn.client_cli import build_spec
 from schedulearn.engine import Engine
-from schedulearn.model import JobSpec, SpecError, parse_cluster
+from schedulearn.estimates import ingest
+from schedulearn.model import Job, JobSpec, JobState, SpecError, parse_cluster
+from schedulearn.policies.base import RoundContext
 from schedulearn.policies.qoe import QoE
 from schedulearn.sim.executor import SimExecutor
 from schedulearn.sim.metrics import deadline_metrics
@@ -456,3 +458,51 @@ def test_a_late_job_without_progress_of_its_own_is_not_kept_for_its_end():
     _, train, urgent = r.jobs
     assert urgent.end_time <= urgent.spec.deadline
     assert train.restarts == 1 and train.state.value == "succeeded"  # preempted, then finished
+
+
+def _needs(left: float, progress: float = 0.1, running: int = 0, beside: bool = False,
+           **rules) -> tuple[int, float]:
+    """What `qoe` plans for a job (1-8 GPUs, asked for 8) that did `progress` of its work in its
+    first 100 s on 4 GPUs and is due `left` seconds later; `running`: the GPUs it runs on;
+    `beside`: best-effort jobs in the round; `rules`: `QoE` attributes to set."""
+    job = Job(id=1, spec=JobSpec(command=["x"], gpus=8, min_gpus=1, max_gpus=8, deadline=100.0 + left),
+              submit_time=0.0)
+    ingest(job, [{"t": 0, "num_gpus": 4, "progress": 0.0}, {"t": 100, "num_gpus": 4, "progress": progress}])
+    if running:
+        job.state = JobState.running
+        job.set_alloc({"node0": tuple(range(running))}, 0.0)
+    policy = QoE()
+    policy._beside = beside
+    for k, v in rules.items():
+        setattr(policy, k, v)
+    return policy.needs(job, RoundContext(100.0, [], [], {}, {}, {}, 8), 4)
+
+
+def test_a_running_job_its_estimate_says_misses_by_under_a_fifth_keeps_its_size():
+    """900 s of work left on its 4 GPUs (3,600 GPU-seconds): due in 800 s it would end 100 s
+    (an eighth of the time left) late there, within what a young estimate errs by, so it keeps
+    its 4 GPUs instead of a restart on 6; due in 700 s (29 % late) it grows to 7; beside
+    best-effort jobs (whose GPUs a job that misses would hold) it grows to 6 as before."""
+    assert QoE.keep_within == 0.2
+    assert _needs(800.0, running=4) == (4, pytest.approx(900.0, rel=0.01))
+    assert _needs(800.0, running=4, keep_within=0.0)[0] == 6  # the rule before
+    assert _needs(700.0, running=4)[0] == 7
+    assert _needs(800.0, running=4, beside=True)[0] == 6
+
+
+def test_a_running_job_that_only_a_larger_size_with_no_time_to_spare_makes_keeps_its_size():
+    """Due in 550 s, 900 s of work left on its 4 GPUs: 8 GPUs would take 450 s + a 30 s restart,
+    so no size leaves a fifth of the time to spare, and 7 GPUs make it with none. Growing to 7
+    would be a restart planned with no margin (traced on workload 2, a job chased its deadline
+    28 -> 38 -> 54 GPUs and missed); it keeps its 4. A queued job is sized as before: 7."""
+    assert _needs(550.0, running=4, keep_within=0.0) == (4, pytest.approx(900.0, rel=0.01))
+    assert _needs(550.0, keep_within=0.0)[0] == 7
+
+
+def test_the_give_up_tolerance_narrows_to_the_time_left_at_half_the_progress():
+    """Half its work done in 100 s on 4 GPUs: 50 s on 8 GPUs + a 30 s restart are left. Due in
+    70 s, its fastest size needs 1.14x the time left: a young job (a tenth done, the same time
+    left by its estimate) keeps its fastest size (`tolerance`, 1.5x), one at half its progress,
+    whose estimate is within a tenth, is given up."""
+    assert _needs(70.0, progress=0.5) == (0, 0.0)
+    assert _needs(420.0, progress=0.1) == (8, pytest.approx(450.0, rel=0.01))  # 480 / 420 = 1.14x

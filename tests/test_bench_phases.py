@@ -101,3 +101,12 @@ def test_run_keeps_the_order_of_the_tasks():
         out = io.StringIO()
         assert phases.run(tasks, jobs, out=out) == [1, 2, 4, 8, 16, 32]
         assert out.getvalue().splitlines()[-1].startswith("6/6 done")
+
+
+def test_the_ceilings_are_worked_out_at_each_phase(tmp_path: Path):
+    traces = tiny(tmp_path, "workloads-deadline")
+    p = bench("bench_deadlines.py", "--workloads", "1", "--policies", "edf", "--ceiling", "--shift", "0,30",
+              "--jobs", "2", "--json", "--traces", str(traces))
+    assert p.returncode == 0, p.stderr
+    got = {c["shift"]: c["references"] for c in json.loads(p.stdout)["ceiling"]}
+    assert got == {s: list(bench_deadlines.ceilings_at(traces, 1, False, s)) for s in (0.0, 30.0)}

@@ -58,10 +58,10 @@ class QoE(Goodput):
                    "finish in time; best-effort jobs share the rest by goodput.")
     plans_deadlines = True
     slack = 0.2  # plan to finish this share of the time left before the deadline
-    tolerance = 1.5  # a young job is given up once its fastest size needs this many times the time
-    #: left (1x from half its progress on); a running job keeps its size while its estimate there
-    #: finishes it within this share of the time left past the deadline (young estimates err)
-    keep_within = 0.2
+    tolerance = 1.5  # a young job is given up once its fastest size needs this many times the
+    # time left (1x from half its progress on)
+    keep_within = 0.2  # a running job keeps its size while its estimate there ends it within this
+    # share of the time left past the deadline (young estimates err by as much)
 
     be_share = 0.25  # with best-effort jobs: the share of the GPUs kept for their minimums
     least_efficiency = 0.5  # with best-effort jobs: no deadline planned below this S(n)/n
@@ -200,9 +200,11 @@ class QoE(Goodput):
         today, hope = (times_left(job, est, top, per_node, now, ctx.predict(job), h) for h in (False, True))
         if today is None or hope is None:  # nothing known yet: what the user asked for
             return min(job.spec.requested, cap), deadline - now
-        keep = 0.0 if self._beside else self.keep_within  # (beside best-effort jobs, a job
-        if job.size and now + today[job.size] <= deadline + keep * (deadline - now):  # that
-            return job.size, today[job.size]  # misses holds GPUs they would use: not there)
+        # On track where it runs, or nearly: no restart (not "nearly" beside best-effort jobs:
+        # a job that misses would hold GPUs they use).
+        keep = 0.0 if self._beside else self.keep_within
+        if job.size and now + today[job.size] <= deadline + keep * (deadline - now):
+            return job.size, today[job.size]
         if job.size and now + hope[job.size] + margin <= deadline:
             return job.size, hope[job.size]
         for times in (today, hope):

@@ -248,8 +248,9 @@ def main() -> None:
     rows, ceilings = done[:cut], dict(zip(marks, done[cut:], strict=True))
     means = phases.mean_rows(rows, ("workload", "policy"), ("deadline_met", "avg_tardiness_s", "avg_jct_s"))
     if args.json:
-        out = {"rows": rows, "ceiling": {w: c for (w, _), c in ceilings.items()}}
-        if len(shifts) > 1:
+        if len(shifts) == 1:  # the shape of one phase, as before
+            out = {"rows": rows, "ceiling": {w: c for (w, _), c in ceilings.items()}}
+        else:
             out = {"rows": rows, "ceiling": [{"workload": w, "shift": s, "references": c}
                                              for (w, s), c in ceilings.items()], "means": means}
         print(json.dumps(out, indent=2))

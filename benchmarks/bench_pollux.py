@@ -59,11 +59,6 @@ def tasks(traces: Path, workloads: list[int], policies: list[str], modes: list[s
             for mode in (modes if policy in READS_ESTIMATES else ["-"])]
 
 
-def run(traces: Path, workloads: list[int], policies: list[str], modes: list[str],
-        shift: float = 0.0) -> list[dict]:
-    return phases.run(tasks(traces, workloads, policies, modes, shift))
-
-
 def one_at(traces: Path, w: int, shift: float, policy: str, mode: str) -> dict:
     """`one` on workload w at that phase."""
     trace = shifted(load_trace(traces / "pollux" / "workloads" / f"workload-{w}.csv"), shift)

@@ -46,11 +46,11 @@ def parse_jobs(text: str) -> int:
     return n
 
 
-def run(tasks: list[tuple[Callable, tuple]], jobs: int = 1, out=sys.stderr) -> list:
+def run(tasks: list[tuple[Callable, tuple]], jobs: int = 1, out=None) -> list:
     """Each `(function, args)` of `tasks` called, in `jobs` processes (1: here, in order); the
-    results in the order of `tasks`. After each: `k/N done, about S s left` on `out` (the ETA
-    from the mean time per task so far, spread over the processes)."""
-    began, results = time.perf_counter(), [None] * len(tasks)
+    results in the order of `tasks`. After each: `k/N done, about S s left` on `out` (default:
+    stderr; the ETA from the mean wall time per task so far)."""
+    began, results, out = time.perf_counter(), [None] * len(tasks), out or sys.stderr
 
     def done(k: int) -> None:
         spent = time.perf_counter() - began

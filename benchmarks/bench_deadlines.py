@@ -243,7 +243,7 @@ def main() -> None:
              for s in shifts for w in workloads for p in policies]
     marks = [(w, s) for s in shifts for w in workloads] if args.ceiling else []
     tasks += [(ceilings_at, (args.traces, w, args.mixed, s)) for w, s in marks]
-    done = phases.run(tasks, jobs)
+    done = phases.run(tasks, jobs, kinds=[a[4] if fn is one_at else "ceiling" for fn, a in tasks])
     cut = len(done) - len(marks)
     rows, ceilings = done[:cut], dict(zip(marks, done[cut:], strict=True))
     means = phases.mean_rows(rows, ("workload", "policy"), ("deadline_met", "avg_tardiness_s", "avg_jct_s"))

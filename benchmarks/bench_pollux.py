@@ -131,7 +131,8 @@ def main() -> None:
         ap.error(f"--workloads: expected numbers among 1-8 (published results), got {bad[0]}")
     modes = ["reported", "oracle"] if args.estimates == "both" else [args.estimates]
     policies = args.policies.split(",")
-    rows = phases.run([t for s in shifts for t in tasks(args.traces, workloads, policies, modes, s)], jobs)
+    todo = [t for s in shifts for t in tasks(args.traces, workloads, policies, modes, s)]
+    rows = phases.run(todo, jobs, kinds=[a[3:] for _, a in todo])  # (policy, estimates) for the ETA
     means = mean_rows(rows)
     if args.json:
         print(json.dumps({"rows": rows, "means": means} if len(shifts) > 1 else rows, indent=2))

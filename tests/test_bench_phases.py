@@ -103,6 +103,28 @@ def test_run_keeps_the_order_of_the_tasks():
         assert out.getvalue().splitlines()[-1].startswith("6/6 done")
 
 
+def test_the_eta_prices_each_task_left_at_its_own_kinds_time():
+    """A `goodput` simulation takes many times a rigid policy's: with one of each done (1 s and
+    10 s), two `goodput` and one `fifo` left take 21 s on one process (the mean of all tasks
+    done would say 16.5 s), and a kind not seen yet is priced at that mean."""
+    kinds = ["fifo", "goodput", "fifo", "goodput", "goodput", "las"]
+    assert phases.eta(kinds, {0: 1.0, 1: 10.0}, 1) == pytest.approx(21.0 + 5.5)
+    assert phases.eta(kinds, {0: 1.0, 1: 10.0}, 2) == pytest.approx((21.0 + 5.5) / 2)
+    assert phases.eta(kinds, {k: 2.0 for k in range(6)}, 4) == 0.0
+    assert phases.eta(kinds, {}, 1) == 0.0
+
+
+def test_run_reads_the_eta_from_the_tasks_kinds_and_wants_one_kind_per_task():
+    tasks = [(pow, (2, k)) for k in range(4)]
+    out = io.StringIO()
+    assert phases.run(tasks, 1, out=out, kinds=["a", "b", "a", "b"]) == [1, 2, 4, 8]
+    lines = out.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == ["1/4 done", "2/4 done", "3/4 done", "4/4 done"]
+    assert lines[-1].endswith("about 0 s left")
+    with pytest.raises(ValueError, match="kinds: expected one per task"):
+        phases.run(tasks, 1, kinds=["a"])
+
+
 def test_the_ceilings_are_worked_out_at_each_phase(tmp_path: Path):
     traces = tiny(tmp_path, "workloads-deadline")
     p = bench("bench_deadlines.py", "--workloads", "1", "--policies", "edf", "--ceiling", "--shift", "0,30",

@@ -97,6 +97,18 @@ def test_deadline_text(job, text):
     assert deadlines.deadline_text(job, NOW) == text
 
 
+def test_submit_says_what_the_estimate_says_of_the_deadline_at_once():
+    from schedulearn.client_cli import submitted_line
+
+    job = {"id": 5, "name": "tight", "state": "queued"}
+    assert submitted_line(job, NOW) == "submitted job 5 (tight, queued)"
+    doomed = {**job, "deadline": NOW + 5, "deadline_status": "will_miss"}  # similar jobs tell
+    assert submitted_line(doomed, NOW) == "submitted job 5 (tight, queued; deadline in 5 s, will miss)"
+    young = {**job, "spec": {"deadline": NOW + 7200}, "deadline_status": "unknown"}
+    said = "submitted job 5 (tight, queued; deadline in 2 h 00 min, no estimate yet)"
+    assert submitted_line(young, NOW) == said
+
+
 def test_the_job_views_show_the_deadline():
     job = {"id": 3, "name": "train", "state": "running", "gpus": 2, "alloc": {"n0": [0, 1]},
            "start_time": NOW - 60, "submit_time": NOW - 90, "deadline": NOW + 1200,

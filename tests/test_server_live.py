@@ -175,7 +175,8 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
         "(HTTP 400)\n")
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
-    assert timed.stdout.startswith("submitted job ")
+    assert timed.stdout.startswith("submitted job "), timed.stdout
+    assert "; deadline in 2 h 00 min, " in timed.stdout, timed.stdout  # and what the estimate says
     assert "note: the las policy does not plan for deadlines" in timed.stderr, timed.stderr
     assert "(schedulearn policy qoe)" in timed.stderr
     # bad input: one line naming the field

@@ -231,7 +231,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(job)
         else:
-            print(f"submitted job {job['id']} ({job['name']}, {job['state']})", flush=True)
+            print(submitted_line(job), flush=True)
         note = spec.get("deadline") is not None and deadlines.unplanned_note(client, "schedulearn policy qoe")
         if note:
             print(note, file=sys.stderr)
@@ -242,6 +242,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `schedulearn submit --wait ... | head`
         return _reader_gone()
     return 0
+
+
+def submitted_line(job: dict[str, Any], now: float | None = None) -> str:
+    """What `submit` prints: `submitted job 7 (mnist, queued)`, and for a job with a deadline
+    what the scheduler's estimate says of it at once (`...; deadline in 5 s, will miss)`: an
+    infeasible one is flagged at submission where similar finished jobs tell)."""
+    deadline = deadlines.deadline_text(job, now)
+    said = f"{job['name']}, {job['state']}" + (f"; {deadline}" if deadline else "")
+    return f"submitted job {job['id']} ({said})"
 
 
 def _wait(client: Client, job: dict[str, Any]) -> int:

@@ -218,3 +218,30 @@ def test_a_job_the_policy_gives_up_on_is_told_it_will_miss():
     t, by, alone = next((t, by, alone) for t, status, by, alone in seen["qoe"] if status == "will_miss")
     assert by == "qoe" and alone != "will_miss" and t <= 60, seen["qoe"]  # (its deadline: 590)
     assert not any(s == "will_miss" for _, s, _, _ in seen.get("edf", [])), seen.get("edf")
+
+
+def test_a_newcomer_its_family_says_cannot_make_it_is_not_planned():
+    """A job of the family that has reported nothing yet: its time left is its family's run. No
+    size finishes it by the deadline, but where its fastest size (a restart counted) needs at
+    most `tolerance` (1.5x) the time left — its estimate is a guess — it is planned on the GPUs
+    its user asked for; past that it is not planned at all (it took its 2 GPUs before, ahead of
+    the jobs due later: earliest deadline first)."""
+    from schedulearn.estimates.deadline import times_left
+    from schedulearn.policies.base import RoundContext
+    from schedulearn.policies.qoe import QoE
+
+    spec = JobSpec(name="train", user="ana", command=["train"], gpus=2, max_gpus=16, batch_size=B)
+    history = family_history(spec)
+    now = 10.0
+
+    def needs(left: float) -> tuple[int, float]:
+        young = Job(id=2, spec=spec.model_copy(update={"deadline": now + left}), submit_time=0.0)
+        return QoE().needs(young, RoundContext(now, [], [], {}, {}, {}, 16, history), 4)
+
+    young = Job(id=2, spec=spec.model_copy(update={"deadline": now + 1e6}), submit_time=0.0)
+    est = estimate(young, now, history)
+    assert est.progress is None
+    hope = times_left(young, est, 16, 4, now, history.predict(young), True)
+    fastest = min(hope[1:]) + QoE.restart_cost
+    assert needs(fastest / 1.2) == (2, pytest.approx(fastest / 1.2))  # a guess 1.2x off: it may make it
+    assert needs(fastest / 1.6) == (0, 0.0)

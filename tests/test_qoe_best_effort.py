@@ -178,3 +178,20 @@ def test_a_given_up_deadline_job_waits_for_the_minimums_best_effort_jobs_need():
     assert before_starts["late"] < before_starts["sweep1"]  # the situation this rule changes
     sweeps = [sum(js[n].end_time for n in ("sweep0", "sweep1")) for js in (now, before)]
     assert sweeps[0] < 0.95 * sweeps[1], sweeps
+
+
+def test_a_newcomer_similar_jobs_say_cannot_make_it_does_not_stop_a_best_effort_job():
+    """On 2x4 GPUs a cifar10 run finishes (the history now knows the family); a rigid 8-GPU
+    best-effort job starts; then another cifar10 run comes due in 2 minutes, which its family's
+    run says takes far longer on any size. It is not planned: the best-effort job runs to its
+    end undisturbed (before, the newcomer took the 2 GPUs it asked for and stopped it — a
+    restart and a wait for a job that missed anyway), and the newcomer runs after."""
+    sweep = TraceJob(1500.0, JobSpec(name="sweep", gpus=8, min_gpus=8, max_gpus=8, application="ncf",
+                                     batch_size=2048), "sweep")
+    first, doomed = _cifar10("first", deadline=5000.0), _cifar10("doomed")
+    doomed = TraceJob(1800.0, doomed.spec.model_copy(update={"deadline": 1920.0}), "doomed")
+    jobs, r = _run([first, sweep, doomed], "qoe")
+    assert jobs["first"].end_time < 1500.0  # the family's run, finished before the others come
+    assert jobs["sweep"].restarts == 0 and jobs["sweep"].start_time == 1500.0
+    assert jobs["doomed"].start_time >= jobs["sweep"].end_time
+    assert all(j.state.value == "succeeded" for j in jobs.values())

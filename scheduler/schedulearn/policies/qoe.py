@@ -28,7 +28,8 @@ value among all admitted jobs, deadline jobs included):
    that needs at most `tolerance` (1.5x) the time left — a young job's estimate errs by a fifth
    and more; the tolerance narrows to 1x as the job's own progress reaches a half (its estimate
    is then within a tenth); beyond, it gets nothing here and, like the jobs without a deadline,
-   it is best effort from then on.
+   it is best effort from then on. One without progress of its own (the estimate is similar
+   jobs' runs) gets what its user asked for instead, or nothing past the tolerance.
 3. Everyone else gets their minimum, in the `goodput` order (beside best-effort jobs, the
    deadline jobs given up last).
 Beside best-effort jobs (no deadline), deadlines do not take everything: `be_share` (a quarter)
@@ -216,14 +217,17 @@ class QoE(Goodput):
             if n:
                 n = min(max(n, job.size), cap)
                 return n, times[n]
-        # No size makes it by the estimate. Until the job measured its own progress (the work is
-        # then the guess of similar jobs), it gets what its user asked for; after, its fastest
-        # size while that is within the tolerance of the time left (`tolerance` for a young job,
-        # whose estimate errs by a fifth and more, narrowing to 1x at half its progress); else
-        # nothing.
-        if est.progress is None:
-            return min(job.spec.requested, cap), deadline - now
-        tolerance = self.tolerance - (self.tolerance - 1.0) * min(est.progress / 0.5, 1.0)
+        # No size makes it by the estimate: its fastest size while that is within the tolerance
+        # of the time left (`tolerance` for a young job, whose estimate errs by a fifth and more,
+        # narrowing to 1x at half its progress), else nothing. Until the job measured its own
+        # progress (the work is then the guess of similar jobs) what its user asked for instead
+        # of the fastest — and nothing too where even the fastest is past the tolerance (one
+        # due in 5 s that similar jobs say takes 44 s stopped a best-effort job live).
+        tolerance = self.tolerance - (self.tolerance - 1.0) * min((est.progress or 0.0) / 0.5, 1.0)
         cost = [hope[n] + (0.0 if n == job.size else restart) for n in range(cap + 1)]
         n = min(range(job.spec.min_size, cap + 1), key=cost.__getitem__)
-        return (n, hope[n]) if cost[n] <= tolerance * (deadline - now) else (0, 0.0)
+        if cost[n] > tolerance * (deadline - now):
+            return 0, 0.0
+        if est.progress is None:
+            return min(job.spec.requested, cap), deadline - now
+        return n, hope[n]

@@ -181,7 +181,7 @@ def test_a_given_up_deadline_job_waits_for_the_minimums_best_effort_jobs_need():
 
 
 def test_a_newcomer_similar_jobs_say_cannot_make_it_does_not_stop_a_best_effort_job():
-    """On 2x4 GPUs a cifar10 run finishes (the history now knows the family); a rigid 8-GPU
+    """On 8 GPUs a cifar10 run finishes (the history now knows the family); a rigid 8-GPU
     best-effort job starts; then another cifar10 run comes due in 2 minutes, which its family's
     run says takes far longer on any size. It is not planned: the best-effort job runs to its
     end undisturbed (before, the newcomer took the 2 GPUs it asked for and stopped it — a
@@ -190,7 +190,7 @@ def test_a_newcomer_similar_jobs_say_cannot_make_it_does_not_stop_a_best_effort_
                                      batch_size=2048), "sweep")
     first, doomed = _cifar10("first", deadline=5000.0), _cifar10("doomed")
     doomed = TraceJob(1800.0, doomed.spec.model_copy(update={"deadline": 1920.0}), "doomed")
-    jobs, r = _run([first, sweep, doomed], "qoe")
+    jobs, _ = _run([first, sweep, doomed], "qoe")
     assert jobs["first"].end_time < 1500.0  # the family's run, finished before the others come
     assert jobs["sweep"].restarts == 0 and jobs["sweep"].start_time == 1500.0
     assert jobs["doomed"].start_time >= jobs["sweep"].end_time

@@ -48,18 +48,21 @@ def parse_jobs(text: str) -> int:
     return n
 
 
-def eta(kinds: list, took: dict[int, float], workers: int) -> float:
+def eta(kinds: list, took: dict[int, float], workers: int, running: dict[int, float] | None = None) -> float:
     """Seconds the tasks not in `took` (task index -> seconds it took) should take on `workers`
     processes: each at the mean time of the done tasks of its kind (`kinds[k]`), of all done
-    tasks where none of its kind is done yet."""
+    tasks where none of its kind is done yet; less, for a task in flight (`running`: task index
+    -> seconds it has run), what it has run already (down to 0)."""
     if not took:
         return 0.0
+    running = running or {}
     by_kind: dict = {}
     for k, secs in took.items():
         by_kind.setdefault(kinds[k], []).append(secs)
     mean = {kind: sum(v) / len(v) for kind, v in by_kind.items()}
     overall = sum(took.values()) / len(took)
-    left = [mean.get(kinds[k], overall) for k in range(len(kinds)) if k not in took]
+    left = [max(mean.get(kinds[k], overall) - running.get(k, 0.0), 0.0)
+            for k in range(len(kinds)) if k not in took]
     return sum(left) / max(1, min(workers, len(left)))
 
 
@@ -80,11 +83,18 @@ def run(tasks: list[tuple[Callable, tuple]], jobs: int = 1, out=None, kinds: lis
         raise ValueError(f"kinds: expected one per task ({len(tasks)}), got {len(kinds)}")
     began, results, took = time.perf_counter(), [None] * len(tasks), {}
     workers = 1 if jobs == 1 or len(tasks) <= 1 else min(jobs, len(tasks))
+    # The pool hands tasks out in order as workers free: the first `workers` start at once,
+    # each next one when a task ends (for the ETA's tasks in flight).
+    started = {k: began for k in range(workers)}
 
     def done(k: int, value: tuple) -> None:
         results[k], took[k] = value
-        left = eta(kinds, took, workers)
-        spent = time.perf_counter() - began
+        now = time.perf_counter()
+        if len(started) < len(tasks):
+            started[len(started)] = now
+        running = {j: now - t for j, t in started.items() if j not in took}
+        left = eta(kinds, took, workers, running)
+        spent = now - began
         print(f"{len(took)}/{len(tasks)} done, {spent:.0f} s in, about {left:.0f} s left",
               file=out, flush=True)
 

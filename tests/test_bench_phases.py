@@ -112,6 +112,9 @@ def test_the_eta_prices_each_task_left_at_its_own_kinds_time():
     assert phases.eta(kinds, {0: 1.0, 1: 10.0}, 2) == pytest.approx((21.0 + 5.5) / 2)
     assert phases.eta(kinds, {k: 2.0 for k in range(6)}, 4) == 0.0
     assert phases.eta(kinds, {}, 1) == 0.0
+    # in flight: a `goodput` task 4 s in has 6 s left, one 12 s in none (not below 0)
+    assert phases.eta(kinds, {0: 1.0, 1: 10.0}, 1, {3: 4.0}) == pytest.approx(21.0 - 4.0 + 5.5)
+    assert phases.eta(kinds, {0: 1.0, 1: 10.0}, 1, {3: 12.0}) == pytest.approx(21.0 - 10.0 + 5.5)
 
 
 def test_run_reads_the_eta_from_the_tasks_kinds_and_wants_one_kind_per_task():

@@ -85,14 +85,14 @@ def run(tasks: list[tuple[Callable, tuple]], jobs: int = 1, out=None, kinds: lis
     workers = 1 if jobs == 1 or len(tasks) <= 1 else min(jobs, len(tasks))
     # The pool hands tasks out in order as workers free: the first `workers` start at once,
     # each next one when a task ends (for the ETA's tasks in flight).
-    started = {k: began for k in range(workers)}
+    started = [began] * workers  # by task index
 
     def done(k: int, value: tuple) -> None:
         results[k], took[k] = value
         now = time.perf_counter()
         if len(started) < len(tasks):
-            started[len(started)] = now
-        running = {j: now - t for j, t in started.items() if j not in took}
+            started.append(now)
+        running = {j: now - t for j, t in enumerate(started) if j not in took}
         left = eta(kinds, took, workers, running)
         spent = now - began
         print(f"{len(took)}/{len(tasks)} done, {spent:.0f} s in, about {left:.0f} s left",

@@ -97,3 +97,23 @@ def test_each_job_alone_arrives_when_it_arrives_in_the_workload(tmp_path: Path):
     jct = job.end_time - job.submit_time  # goodput reads no deadline: the same run for any
     assert bench.ceiling(trace(jct + 5)) == 1.0
     assert bench.ceiling(trace(jct - 5)) == 0.0
+
+
+def test_by_app_counts_each_applications_deadlines_and_the_near_misses(tmp_path: Path):
+    """`bench_deadlines.py --by-app`: one cifar10 job met, one late by 30 s (a near miss), an ncf
+    job late by minutes (a miss, not near), and a job without a deadline counted nowhere."""
+    p = tmp_path / "w.csv"
+    head = "name,time,application,num_replicas,batch_size,deadline\n"
+    p.write_text(head + "a,100,cifar10,4,512,10000\n")
+    alone = bench.one(load_trace(p), 0, "edf", "reported")
+    assert alone["met_by_app"] == {"cifar10": [1, 1]} and alone["near_misses"] == 0
+    end = simulate(load_trace(p), parse_cluster("16x4"), "edf", **bench.SETUP).jobs[0].end_time
+    p.write_text(head + "a,100,cifar10,4,512,10000\n"  # the same job twice: the same run on edf
+                 f"b,100,cifar10,4,512,{round(end - 100 - 30)}\n"
+                 "c,100,ncf,1,32768,1\n"  # about 75 s of work from its first round at 120 s
+                 "d,100,cifar10,4,512,\n")
+    row = bench.one(load_trace(p), 0, "edf", "reported")
+    assert row["met_by_app"] == {"cifar10": [1, 2], "ncf": [0, 1]}
+    assert row["near_misses"] == 1
+    assert row["deadline_jobs"] == 3 and row["deadline_met"] == pytest.approx(1 / 3, abs=1e-4)
+    assert "cifar10 1/2, ncf 0/1; 1 late by under 60 s" in bench.app_lines([row])

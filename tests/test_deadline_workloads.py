@@ -110,7 +110,7 @@ def test_by_app_counts_each_applications_deadlines_and_the_near_misses(tmp_path:
     end = simulate(load_trace(p), parse_cluster("16x4"), "edf", **bench.SETUP).jobs[0].end_time
     p.write_text(head + "a,100,cifar10,4,512,10000\n"  # the same job twice: the same run on edf
                  f"b,100,cifar10,4,512,{round(end - 100 - 30)}\n"
-                 "c,100,ncf,1,32768,1\n"  # about 75 s of work from its first round at 120 s
+                 "c,100,ncf,1,32768,1\n"  # started at 120 s, ends about 95 s past its deadline
                  "d,100,cifar10,4,512,\n")
     row = bench.one(load_trace(p), 0, "edf", "reported")
     assert row["met_by_app"] == {"cifar10": [1, 2], "ncf": [0, 1]}

@@ -296,9 +296,9 @@ class Monitor:
     step, which also carries rank 0's word that a report is due (all ranks report and adapt
     together: their collectives must match).
 
-    Reports (`report`, rank 0) go out every `report_every` seconds: mean step time, compute
-    time, gradient statistics, batch bounds, progress (`step(progress=)`, `step(epoch=)` with
-    `epochs`, or `total_steps`).
+    Reports (`report`, rank 0) go out every `report_every` seconds, and at the step that
+    completes the work (progress 1): mean step time, compute time, gradient statistics, batch
+    bounds, progress (`step(progress=)`, `step(epoch=)` with `epochs`, or `total_steps`).
 
     `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
     scheduler's own) on its reports and takes the global batch size in [batch_size,
@@ -430,12 +430,6 @@ class Monitor:
             self.optimizer.step()
         self.optimizer.zero_grad()
         now = time.perf_counter()
-        due = self._last_report is not None and now - self._last_report >= self.report_every
-        # one all-reduce: the replicas' gradient norms, and rank 0's word that a report is due (so
-        # every rank reports, and adapts, at the same step: their collectives must match)
-        small_sum, count, due = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0))
-        self._noise(small_sum / count, big, count, flat)
-        self._local_sq, self._micro = [], 0
         st = self.state
         st["steps"] += 1
         if progress is None and epoch is not None and self.epochs:
@@ -444,12 +438,21 @@ class Monitor:
             progress = st["steps"] / self.total_steps
         if progress is not None:
             st["progress"] = min(max(float(progress), 0.0), 1.0)
+        # the step that completes the work is reported at once: the run's last stretch reaches
+        # the scheduler (and what later jobs of its kind learn from) before the job exits
+        final = st["progress"] >= 1 and not st.get("final_reported")
+        due = final or (self._last_report is not None and now - self._last_report >= self.report_every)
+        # one all-reduce: the replicas' gradient norms, and rank 0's word that a report is due (so
+        # every rank reports, and adapts, at the same step: their collectives must match)
+        small_sum, count, due = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0))
+        self._noise(small_sum / count, big, count, flat)
+        self._local_sq, self._micro = [], 0
         if self._measure_started is not None:
             self._times.append(now - self._measure_started)
-        if self._last_report is None:
+        if due:
+            self._report(final=st["progress"] >= 1)
             self._last_report = now
-        elif due:
-            self._report()
+        elif self._last_report is None:
             self._last_report = now
         self._measure_started = self._mark = time.perf_counter()
         if self.ckpt is not None:
@@ -489,7 +492,7 @@ class Monitor:
         st["sqr"] = max(st["sqr_ema"] / st["bias"], 1e-30)
         st["var"] = max(st["var_ema"] / st["bias"], 0.0) / self.init_batch
 
-    def _report(self) -> None:
+    def _report(self, final: bool = False) -> None:
         st = self.state
         rec: dict[str, Any] = {"batch_size": self.batch_size, "accum_steps": self.accum_steps,
                                "init_batch_size": self.init_batch, "max_batch_size": self.max_batch,
@@ -501,8 +504,10 @@ class Monitor:
             rec["compute_time"] = sum(self._micro_times) / len(self._micro_times)
         if st.get("sqr") is not None:
             rec["grad_sqr"], rec["grad_var"] = st["sqr"], st["var"]
-        if self.rank == 0 and "step_time" in rec:
+        if self.rank == 0 and ("step_time" in rec or final):
             report(**rec)
+        if final:
+            st["final_reported"] = True
         if self.adaptive and "step_time" in rec:
             self._adapt(rec)
         self._times, self._micro_times = [], []

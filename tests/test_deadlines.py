@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -184,6 +184,36 @@ def test_attach_values_leaves_the_jobs_own_argv_alone():
                                     "-1h"]) == ["submit", "--deadline=-5m", "--gpus", "2", "--", "run",
                                                 "--deadline", "-1h"]
     assert deadlines.attach_values(["--deadline", "--gpus", "2"]) == ["--deadline", "--gpus", "2"]
+
+
+def test_a_value_of_several_words_typed_without_quotes_is_one_value():
+    """`--deadline 2026-11-24 18:00`, as the help and the errors write it, or `--deadline 2 hours`:
+    a shell (and the magic's line) splits it, and argparse would take `18:00` for a stray
+    argument."""
+    attach = deadlines.attach_values
+    assert attach(["--deadline", "2", "hours", "--gpus", "2"]) == ["--deadline=2 hours", "--gpus", "2"]
+    assert attach(["--deadline", "1", "hour", "30", "minutes", "--", "2", "h"]) == [
+        "--deadline=1 hour 30 minutes", "--", "2", "h"]
+    assert attach(["--timeout", "2h", "30m", "--gpus", "2"]) == ["--timeout=2h 30m", "--gpus", "2"]
+    assert attach(["--timeout", "90", "train.py"]) == ["--timeout", "90", "train.py"]
+    assert attach(["--timeout", "90", "5"]) == ["--timeout", "90", "5"]
+    assert attach(["submit", "--deadline", "2026-11-24", "18:00", "--gpus", "2", "--", "run", "--deadline",
+                   "2026-11-24", "18:00"]) == ["submit", "--deadline=2026-11-24 18:00", "--gpus", "2", "--",
+                                               "run", "--deadline", "2026-11-24", "18:00"]
+    assert attach(["--deadline=2026-11-24", "9:30:15"]) == ["--deadline=2026-11-24 9:30:15"]
+    assert attach(["trace", "--since", "2026-11-01", "08:00"]) == ["trace", "--since=2026-11-01 08:00"]
+    # a date alone, or followed by something else, is left as it was
+    assert attach(["--deadline", "2026-11-24", "--gpus", "2"]) == ["--deadline", "2026-11-24", "--gpus", "2"]
+    assert attach(["--deadline", "2026-11-24", "train.py"]) == ["--deadline", "2026-11-24", "train.py"]
+    assert attach(["--gpus", "2026-11-24", "18:00"]) == ["--gpus", "2026-11-24", "18:00"]
+    # and the CLI then reads it as the date and time it is
+    when = datetime.now() + timedelta(days=1)
+    args = build_parser().parse_args(attach(["submit", "--deadline", f"{when:%Y-%m-%d}", f"{when:%H:%M}",
+                                             "--", "true"]))
+    assert build_spec(args)["deadline"] == when.replace(second=0, microsecond=0).timestamp()
+    args = build_parser().parse_args(attach(["submit", "--timeout", "1", "hour", "30", "minutes", "--",
+                                             "true"]))
+    assert build_spec(args)["time_limit"] == 5400
 
 
 # -- traces and metrics --------------------------------------------------------------------------

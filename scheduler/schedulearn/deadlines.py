@@ -122,19 +122,54 @@ def parse_duration(text: str, option: str = "--timeout") -> float:
 VALUE_OPTIONS = ("--deadline", "--timeout", "--since")
 
 
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}(:\d{2}(\.\d+)?)?")
+_MAX_WORDS = 8  # "1 d 2 h 30 m 10 s"
+
+
+def _one_value(words: list[str]) -> bool:
+    """Whether these words, joined by spaces, are one value: a date and time or a duration."""
+    text = " ".join(words)
+    if _DATE_TIME.fullmatch(text):
+        return True
+    m = _DURATION.match(text)
+    return bool(m and any(m.groups()))
+
+
+def _words(argv: list[str], i: int, first: list[str]) -> int:
+    """How many words from `argv[i]` on continue the value `first` starts (0: none): the longest
+    run that makes one value with it."""
+    for n in range(min(_MAX_WORDS, len(argv) - i), 0, -1):
+        more = argv[i:i + n]
+        if "--" not in more and _one_value(first + more):
+            return n
+    return 0
+
+
 def attach_values(argv: list[str], options: tuple[str, ...] = VALUE_OPTIONS) -> list[str]:
     """`argv` with `--deadline -5m` written `--deadline=-5m` (for each of `options` followed by a
     value that starts with a minus and a digit), so that the value reaches its own check and
-    its one-line error. Nothing after `--` is touched: a job's command goes there (`schedulearn
-    submit [options] -- COMMAND`); one given without `--` that has such an option of its own
-    gets it in the `--option=value` form, which argparse, click and getopt read the same."""
+    its one-line error; and a value typed as several words without quotes (`--deadline
+    2026-11-24 18:00`, as the help and the errors write it, or `--deadline 2 hours`) kept one,
+    `--deadline=2026-11-24 18:00`. Nothing after `--` is touched: a job's command goes there
+    (`schedulearn submit [options] -- COMMAND`); one given without `--` that has such an option
+    of its own gets it in the `--option=value` form, which argparse, click and getopt read the
+    same."""
     out: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return out + argv[i:]
+        name, eq, value = arg.partition("=")
+        if name in options and eq and (n := _words(argv, i + 1, [value])):
+            out.append(" ".join(argv[i:i + 1 + n]))  # --deadline=2026-11-24 18:00
+            i += 1 + n
+            continue
         nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if arg in options and nxt and nxt != "--" and (n := _words(argv, i + 2, [nxt])):
+            out.append(f"{arg}={' '.join(argv[i + 1:i + 2 + n])}")
+            i += 2 + n
+            continue
         if arg in options and re.match(r"-\d", nxt):
             out.append(f"{arg}={nxt}")
             i += 2

@@ -9,6 +9,7 @@ import re
 import signal
 import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,15 @@ def test_a_deadline_reaches_the_spec_and_the_job_view(shell: InteractiveShell, c
     assert handle.result(timeout=60) == "ok"
     done = client.job(handle.id)
     assert done["deadline_status"] == "met" and views.status_detail(done).startswith("deadline met, ")
+
+
+def test_a_date_and_time_without_quotes_is_the_deadline(shell: InteractiveShell) -> None:
+    """`--deadline 2026-11-24 18:00` as the help writes it: the line splits it in two words, the
+    magic reads them as the one date and time."""
+    when = datetime.now().replace(second=0, microsecond=0) + timedelta(days=1)
+    handle = cell(shell, f"--deadline {when:%Y-%m-%d %H:%M} --no-wait", "'ok'").result
+    assert handle.job["spec"]["deadline"] == when.timestamp()
+    assert handle.result(timeout=60) == "ok"
 
 
 def test_epochs_reach_the_spec_and_count_reported_epochs(shell: InteractiveShell, client: Client,

@@ -349,3 +349,21 @@ def test_an_empty_log_says_why_in_words(job, note):
     from schedulearn.client import empty_log_note
 
     assert empty_log_note({"id": 7, **job}) == f"job 7 has no log: {note}"
+
+
+@pytest.mark.parametrize("spec, alloc, gpus", [
+    ({"gpus": "auto"}, {"vm": [0]}, "holds 1 on vm 0 (asked auto (1 or more))"),
+    ({"gpus": "auto", "min_gpus": 2, "max_gpus": 4}, {"vm": [0, 1]},
+     "holds 2 on vm 0, 1 (asked auto (2..4))"),
+    ({"gpus": 2}, {"vm": [0, 1]}, "holds 2 on vm 0, 1"),
+    ({"gpus": "auto", "min_gpus": 2}, {}, "asks for auto (2 or more)"),
+])
+def test_show_says_what_an_auto_job_asked_for_and_holds(spec, alloc, gpus):
+    """`schedulearn show`'s gpus line: the bounds an auto job gave (no `?` for a maximum it left
+    to the policy), what it holds and where."""
+    from schedulearn.client_cli import job_fields
+
+    job = {"id": 3, "name": "train", "user": "ann", "state": "running" if alloc else "queued",
+           "spec": {"command": ["python", "t.py"], **spec}, "alloc": alloc,
+           "gpus": sum(map(len, alloc.values())), "submit_time": 0.0}
+    assert dict(job_fields(job, now=10.0))["gpus"] == gpus

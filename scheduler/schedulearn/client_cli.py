@@ -399,7 +399,8 @@ def job_fields(job: dict[str, Any], now: float | None = None) -> list[tuple[str,
     where = "; ".join(f"{node} {', '.join(map(str, idx))}" for node, idx in alloc.items())
     asked = str(spec.get("gpus", 1))
     if spec.get("gpus") == "auto" or spec.get("min_gpus") or spec.get("max_gpus"):
-        asked += f" ({spec.get('min_gpus') or 1}..{spec.get('max_gpus') or '?'})"
+        low, high = spec.get("min_gpus") or 1, spec.get("max_gpus")
+        asked += f" ({low}..{high})" if high else f" ({low} or more)"
     if alloc:
         got = shown_gpus(job)
         fields.append(("gpus", f"{'holds' if job.get('gpus') else 'held'} {got} on {where}" +

@@ -115,6 +115,43 @@ function pickAlloc(job: IJob, remembered: Map<number, Allocation>): Allocation |
   return null;
 }
 
+/** Tick intervals, seconds: round times of day (every 15 s, 10 min, 6 h, ...). */
+const TICK_STEPS = [
+  1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400
+];
+/** The axis labels' character width in pixels (11 px tabular digits, with some room). */
+const CHAR_W = 6.5;
+const TICK_GAP = 10;
+
+export interface ITick {
+  t: number;
+  label: string;
+}
+
+/**
+ * The axis ticks of [from, to] drawn `plotW` pixels wide: at multiples of the smallest interval
+ * of `TICK_STEPS` (in local time) whose labels, centred on their ticks, leave `TICK_GAP` pixels
+ * between them; `HH:MM:SS` below a minute's interval, else `HH:MM`. A tick whose label would
+ * run past either end of the plot is left out.
+ */
+export function axisTicks(from: number, to: number, plotW: number): ITick[] {
+  const span = Math.max(to - from, 1);
+  const perSecond = plotW / span;
+  const width = (step: number) => (step < 60 ? 8 : 5) * CHAR_W;
+  const step =
+    TICK_STEPS.find(s => s * perSecond >= width(s) + TICK_GAP) ?? TICK_STEPS[TICK_STEPS.length - 1];
+  const half = width(step) / 2;
+  const offset = -new Date(from * 1000).getTimezoneOffset() * 60; // local time's offset from UTC
+  const ticks: ITick[] = [];
+  for (let t = Math.ceil((from + offset) / step) * step - offset; t <= to; t += step) {
+    const px = (t - from) * perSecond;
+    if (px - half >= 0 && px + half <= plotW) {
+      ticks.push({ t, label: clock(t, step < 60) });
+    }
+  }
+  return ticks;
+}
+
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const ROW_H = 16;
 const LABEL_W = 64;
@@ -139,19 +176,17 @@ export function renderTimeline(tl: ITimeline, width: number): SVGSVGElement {
   const root = svg('svg', { width: w, height: h, class: 'jp-schedulearn-timeline-svg' });
   const x = (t: number) => LABEL_W + ((t - tl.from) / Math.max(tl.to - tl.from, 1)) * plotW;
 
-  // Axis: wall-clock ticks, as many as fit (2 to 5 intervals).
-  const n = Math.max(2, Math.min(5, Math.floor(plotW / 60)));
-  for (let i = 0; i <= n; i++) {
-    const t = tl.from + ((tl.to - tl.from) * i) / n;
-    const tx = x(t);
+  // Axis: wall-clock ticks at round times, as many as fit without their labels touching.
+  for (const tick of axisTicks(tl.from, tl.to, plotW)) {
+    const tx = x(tick.t);
     root.appendChild(svg('line', { x1: tx, x2: tx, y1: AXIS_H - 3, y2: h, class: 'jp-schedulearn-tick' }));
     const label = svg('text', {
       x: tx,
       y: AXIS_H - 5,
-      'text-anchor': i === 0 ? 'start' : i === n ? 'end' : 'middle',
+      'text-anchor': 'middle',
       class: 'jp-schedulearn-tick-label'
     });
-    label.textContent = clock(t, tl.to - tl.from < 10 * 60);
+    label.textContent = tick.label;
     root.appendChild(label);
   }
   const rowIndex = new Map(tl.rows.map((r, i) => [r, i]));

@@ -2,7 +2,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { formatDuration, formatAlloc, formatSpan, waited, ran, ranText, utilisationPercent, requestedGpus, shownGpus, progressText, progressPercent, deadlineText, drawn, writeToScreen, screenText, clock, pausedText, heldLabel } = require('../build-test/format.js');
-const { computeBars, autoSpan } = require('../build-test/timeline.js');
+const { computeBars, autoSpan, axisTicks } = require('../build-test/timeline.js');
 const { sortJobs } = require('../build-test/jobs.js');
 
 const job = (over) => ({
@@ -153,6 +153,28 @@ test('a log shown as a terminal would: a progress bar at its last drawing, whate
   screen = writeToScreen(screen, '\n' + 'x'.repeat(60) + '\nend', 50);
   assert.equal(screen.shown.length, 50);
   assert.equal(screenText(screen), 'x'.repeat(49) + '\nend');
+});
+
+test('axisTicks: round times whose labels do not touch, within the plot, HH:MM:SS only below a minute', () => {
+  const at = (h, m, s) => new Date(2026, 0, 2, h, m, s).getTime() / 1000;
+  const check = (from, to, plotW) => {
+    const ticks = axisTicks(from, to, plotW);
+    const px = ticks.map(k => ((k.t - from) / (to - from)) * plotW);
+    for (let i = 0; i < ticks.length; i++) {
+      const half = (ticks[i].label.length * 6.5) / 2;
+      assert.ok(px[i] - half >= 0 && px[i] + half <= plotW, `${ticks[i].label} inside the plot`);
+      if (i > 0) {
+        assert.ok(px[i] - px[i - 1] >= ticks[i].label.length * 6.5 + 10, `${ticks[i].label} clear of the one before`);
+      }
+    }
+    return ticks.map(k => k.label);
+  };
+  // the sidebar's 1-minute window, 350 px wide: the labels of the picture ran into each other
+  assert.deepEqual(check(at(0, 13, 39), at(0, 14, 39), 350), ['00:13:45', '00:14:00', '00:14:15', '00:14:30']);
+  assert.deepEqual(check(at(9, 7, 0), at(9, 17, 0), 350), ['09:08', '09:10', '09:12', '09:14', '09:16']);
+  assert.deepEqual(check(at(6, 20, 0), at(12, 20, 0), 350), ['07:00', '08:00', '09:00', '10:00', '11:00', '12:00']);
+  assert.deepEqual(check(at(6, 20, 0), at(12, 20, 0), 120), ['09:00']); // every 3 h; 12:00 would run past the end
+  assert.ok(check(at(0, 0, 0), at(0, 0, 30), 40).length <= 1); // too narrow for two: one or none
 });
 
 test('clock: the 24-hour time of day, as the timeline axis and the header both show it', () => {

@@ -194,15 +194,23 @@ CONTRAST_JS = """(panel) => {
 
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_badges_and_banners_are_readable_in_both_themes(lab_page: Any, theme: str) -> None:
-    """Badge and banner text against its rendered background: contrast >= 4.5:1 (WCAG AA)."""
+    """Badge and banner text against its rendered background: contrast >= 4.5:1 (WCAG AA). The
+    theme is saved in the server's settings: the light one is put back for the tests after."""
     panel = open_sidebar(lab_page)
-    lab_page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
-    lab_page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
-    lab_page.wait_for_timeout(500)  # the theme's stylesheet applied
-    ratios = panel.evaluate(CONTRAST_JS)
-    assert len(ratios) == 9, ratios
-    low = {k: round(v, 2) for k, v in ratios.items() if v < 4.5}
-    assert not low, f"{theme}: contrast below 4.5:1: {low}"
+    try:
+        change_theme(lab_page, theme)
+        ratios = panel.evaluate(CONTRAST_JS)
+        assert len(ratios) == 9, ratios
+        low = {k: round(v, 2) for k, v in ratios.items() if v < 4.5}
+        assert not low, f"{theme}: contrast below 4.5:1: {low}"
+    finally:
+        change_theme(lab_page, "JupyterLab Light")
+
+
+def change_theme(page: Any, theme: str) -> None:
+    page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
+    page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
+    page.wait_for_timeout(500)  # the theme's stylesheet applied
 
 
 def gpu_row_prefix(server: LabServer) -> str:
@@ -302,29 +310,47 @@ def test_settings_schema_refuses_bad_values(lab_server: LabServer) -> None:
     assert lab_server.put_settings(PLUGIN, {"nope": 1}) == 400
 
 
+#: a training job for the docs picture: reports its progress (a bar and the time left) for 2 minutes
+REPORTING_JOB = ("import time\nfrom schedulearn import elastic\nfor i in range(1, 121):\n"
+                 "    time.sleep(1)\n    elastic.report(progress=i / 120)\n")
+
+
 def test_sidebar_screenshot_for_the_docs(browser: Any, lab_server: LabServer, shot: Any) -> None:
-    """A busy scheduler for the README picture: running, queued and finished jobs; the timeline
-    span comes from the settings (saved through JupyterLab's settings API)."""
+    """A busy scheduler for the README picture, under the deadline-aware `qoe` policy: a job
+    with a deadline and an `auto` job that report their progress (a bar, the time left, the GPUs
+    given), a queued one, finished ones; the timeline span comes from the settings (saved
+    through JupyterLab's settings API)."""
     assert lab_server.put_settings(PLUGIN, {"timelineHours": 0.1, "refreshInterval": 2}) == 204
+    assert lab_server.api("PUT", "policy", {"policy": "qoe"})[0] == 200
     lab_page = open_lab(browser, lab_server)
     panel = open_sidebar(lab_page)
     # auto window: as long as the jobs need, at most the 6 minutes the setting allows
     panel.locator(".jp-schedulearn-timeline-section h3", has_text=re.compile(r"last [1-6] min\)")).wait_for()
     widen_left_area(lab_page, 420)
-    running = [submit(lab_server, "resnet50", 120, gpus=2), submit(lab_server, "bert-base", 120)]
+    running = []
+    for spec in ({"name": "resnet50", "gpus": 2, "deadline": "45m"}, {"name": "bert-base", "gpus": "auto"}):
+        status, job = lab_server.api("POST", "jobs", {**spec, "script": REPORTING_JOB})
+        assert status == 201, job
+        running.append(job["id"])
     queued = submit(lab_server, "gpt-small", 120, gpus=2)
     for j in running:
         lab_server.wait_job(j, {"running"})
     row(lab_page, queued).wait_for()
     lab_page.locator(f'{PANEL} .jp-schedulearn-gpu[data-job-id="{running[0]}"]').first.wait_for()
-    time.sleep(3)  # a few seconds of running bars on the timeline
+    for j in running:  # progress, the time left, and (resnet50) the deadline on track
+        row(lab_page, j).locator(".jp-schedulearn-progress").wait_for(timeout=60_000)
+    meta = row(lab_page, running[0]).locator(".jp-schedulearn-job-meta").inner_text()
+    assert "done" in meta and "left" in meta, meta
+    row(lab_page, running[0]).get_by_text(re.compile(r"due in \d+m .*on track")).wait_for(timeout=60_000)
     lab_page.locator(f'{PANEL} .jp-schedulearn-bar[data-job-id="{running[1]}"]').wait_for()
+    time.sleep(3)  # a few seconds of running bars on the timeline
     shot(lab_page, "sidebar", panel)
     shot(lab_page, "jupyterlab-with-sidebar")
     for j in [*running, queued]:
         lab_server.api("DELETE", f"jobs/{j}")
     lab_page.context.close()
     assert lab_server.put_settings(PLUGIN, {}) == 204
+    assert lab_server.api("PUT", "policy", {"policy": "fifo"})[0] == 200
 
 
 def widen_left_area(page: Any, width: int) -> None:

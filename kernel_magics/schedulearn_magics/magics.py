@@ -281,9 +281,10 @@ class SchedulearnMagics(Magics):
         # directory, where they are unpacked (not over the notebook's own files).
         if not args.files and (here := self._call(self.client.default_workdir)):
             spec["workdir"] = here
+        handle = JobHandle(self.client, self._call(self.client.submit, spec))
+        # the notes once the job is in (a refused submission is its one-line error alone)
         if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
             print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
-        handle = JobHandle(self.client, self._call(self.client.submit, spec))
         if spec.get("deadline") is not None and (note := deadlines.unplanned_note(
                 self.client, "%schedulearn policy qoe, or the queue widget's dropdown")):
             print(note, file=sys.stderr)

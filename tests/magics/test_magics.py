@@ -188,6 +188,11 @@ def test_auto_python_cell_is_told_it_gets_one_gpu(shell: InteractiveShell, clien
     r = cell(shell, "--gpus auto --max-gpus 2", "1")
     assert r.success, r.error_in_exec
     assert "one Python process" not in capsys.readouterr().err
+    # a submission the server refuses is its one-line error alone, no note about what it would get
+    r = cell(shell, f"--gpus auto --min-gpus {GPUS + 1}", "1")
+    error = r.error_in_exec
+    assert isinstance(error, UsageError) and f"at most {GPUS}" in str(error), error
+    assert "one Python process" not in capsys.readouterr().err
 
 
 def test_a_deadline_under_a_policy_that_does_not_plan_for_it_is_told_so(

@@ -70,6 +70,10 @@ def test_sizes():
     auto = JobSpec(command=["x"], gpus="auto", min_gpus=2, launcher="torchrun")
     assert (auto.min_size, auto.requested, auto.max_size(16), auto.elastic) == (2, 2, 16, True)
     assert JobSpec(command=["x"], gpus="auto").min_size == 1
+    # a GPU count above a minimum: that many, or fewer down to the minimum (goodput, elastic-fifo
+    # size it between the two; a rigid policy gives it its count); before, goodput held it at 1
+    shrinks = JobSpec(command=["x"], gpus=2, min_gpus=1, launcher="torchrun")
+    assert (shrinks.min_size, shrinks.requested, shrinks.max_size(64), shrinks.elastic) == (1, 2, 2, True)
 
 
 def test_auto_single_process_jobs_are_capped_at_their_minimum_unless_max_gpus_says_more():

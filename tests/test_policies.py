@@ -117,6 +117,18 @@ def test_elastic_fifo_shrinks_auto_job_only_as_far_as_needed_and_not_below_min()
     assert by_name(r)["E2"].restarts == 0
 
 
+def test_a_gpu_count_above_its_minimum_gives_way_down_to_it():
+    # S: 2 GPUs (may run on 1), 200 GPU-s; R (3 GPUs, 50 s) comes at t=20 on a 4-GPU host.
+    # elastic-fifo: t=0 S on 2 (not more: 2 is its count); t=20 S (40 done) shrinks to 1 so R
+    # starts; t=70 R ends, S (40 + 50 = 90 done) back on 2: 110/2 = 55 s -> 125.
+    jobs = trace(("S", 0, 2, 100, {"min_gpus": 1}), ("R", 20, 3, 50))
+    r = simulate(jobs, virtual_cluster(1, 4), "elastic-fifo")
+    assert times(r) == {"S": (0, 125), "R": (20, 70)}
+    assert by_name(r)["S"].restarts == 2
+    # fifo gives it its count and never resizes it: R waits for S's 100 s.
+    assert times(simulate(jobs, virtual_cluster(1, 4), "fifo")) == {"S": (0, 100), "R": (100, 150)}
+
+
 def test_elastic_fifo_engine_round_sizes():
     engine = Engine(virtual_cluster(2, 4), "elastic-fifo", executor=SimExecutor(), clock=lambda: 0.0)
     e = engine.submit(JobSpec(gpus="auto", min_gpus=1, max_gpus=6, duration=100), now=0)

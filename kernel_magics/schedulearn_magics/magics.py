@@ -123,7 +123,8 @@ class SchedulearnMagics(Magics):
     @argument("-h", "--help", action="store_true", help="show this help and submit nothing")
     @argument("--gpus", default="1", help="GPUs: N >= 1, or 'auto' (elastic; the policy sizes it; a plain "
                    "Python cell, one process, gets at most --min-gpus unless --max-gpus is given)")
-    @argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
+    @argument("--min-gpus", type=int, default=None,
+              help="smallest size of an elastic job (with --gpus N: N, or fewer down to this)")
     @argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
     @argument("--launcher", default="auto", choices=LAUNCHER_CHOICES,
               help="how to start the cell: python (one process), torchrun (one per GPU), horovod, "

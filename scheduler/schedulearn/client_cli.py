@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.add_argument("--name", help="job name")
     p.add_argument("--gpus", default=None, help="GPUs: an integer or 'auto' (default 1)")
-    p.add_argument("--min-gpus", type=int, default=None, help="smallest size of an elastic job")
+    p.add_argument("--min-gpus", type=int, default=None,
+                   help="smallest size of an elastic job (with --gpus N: N, or fewer down to this)")
     p.add_argument("--max-gpus", type=int, default=None, help="largest size of an elastic job")
     p.add_argument("--launcher", choices=LAUNCHERS, default=None,
                    help="how the command starts: python (one process; the default), torchrun or horovod "

@@ -234,7 +234,11 @@ class JobSpec(BaseModel):
 
     @property
     def elastic(self) -> bool:
-        return (self.gpus == "auto" and not self.single_process) or (self.max_gpus or 0) > self.min_size
+        """Sized by the policy between `min_size` and `max_size`: `auto` (but a single process
+        without `max_gpus`), a `max_gpus` above the minimum, or a GPU count above a `min_gpus`
+        (`gpus=2, min_gpus=1`: two, or one where two are not to be had)."""
+        return ((self.gpus == "auto" and not self.single_process) or (self.max_gpus or 0) > self.min_size
+                or (self.gpus != "auto" and int(self.gpus) > self.min_size))
 
     @classmethod
     def parse(cls, data: Any) -> JobSpec:

@@ -372,6 +372,17 @@ def test_a_pause_starts_and_moves_nothing_until_resumed_and_survives_a_restart(t
         (tmp_path / "s.db").unlink()
 
 
+@pytest.mark.parametrize("policy, needs", [("fifo", "needs 2 GPUs, 1 free"), ("las", "needs 2 GPUs, 1 free"),
+                                            ("elastic-fifo", "needs 1 GPU, 1 free")])
+def test_a_waiting_job_needs_what_the_policy_would_start_it_on(policy, needs):
+    """`gpus=2, min_gpus=1`: a rigid policy starts it on its 2 GPUs, an elastic one on 1."""
+    e = engine(policy, gpus=4)
+    e.submit(JobSpec(gpus=3, duration=100), now=0)
+    e.round(0)
+    waits = e.submit(JobSpec(gpus=2, min_gpus=1, duration=100), now=1)
+    assert needs in e.waiting_reason(waits)
+
+
 def test_set_policy_takes_effect_at_the_next_round_and_keeps_running_jobs():
     e = engine(gpus=4)
     a = e.submit(JobSpec(gpus=3, duration=100), now=0)

@@ -591,7 +591,9 @@ class Engine:
         """Why a queued job waits: what it needs, what is free, and its place in the queue (by
         priority, then arrival; the policy decides the order in which jobs start), e.g.
         `waiting: needs 3 GPUs, 2 free; 2nd in line of 4`."""
-        need, free = job.spec.min_size, self.pool.total
+        # what the policy starts it on: its minimum where it sizes jobs, else its GPU count
+        need = job.spec.min_size if self.policy.elastic else job.spec.requested
+        free = self.pool.total
         i = bisect_left(self._qkeys, (-job.spec.priority, job.id))
         if job.spec.single_process and len(self.pool.order) > 1:  # one process: on one host
             free = self.pool.most_on_one_host()

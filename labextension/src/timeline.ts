@@ -119,7 +119,7 @@ function pickAlloc(job: IJob, remembered: Map<number, Allocation>): Allocation |
 const TICK_STEPS = [
   1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400
 ];
-/** The axis labels' character width in pixels (11 px tabular digits, with some room). */
+/** The axis labels' character width in pixels (their 10-px font, with some room). */
 const CHAR_W = 6.5;
 const TICK_GAP = 10;
 

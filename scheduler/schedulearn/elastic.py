@@ -450,7 +450,7 @@ class Monitor:
         if self._measure_started is not None:
             self._times.append(now - self._measure_started)
         if due:
-            self._report(final=st["progress"] >= 1)
+            self._report(final=final)
             self._last_report = now
         elif self._last_report is None:
             self._last_report = now

@@ -21,6 +21,7 @@ from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.launch import RUNNER
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import JobState, virtual_cluster
+from schedulearn_magics.bundle import build_script
 
 RUNS = 30
 
@@ -56,24 +57,8 @@ dist.destroy_process_group()
     OWN_DESTROY,
 ], ids=["no-destroy", "own-destroy"])
 def test_30_torchrun_gloo_jobs_never_abort(tmp_path: Path, script: str) -> None:
-    async def main() -> list:
-        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=2)
-        eng = Engine(virtual_cluster(1, 8), "fifo", executor=ex)
-        task = asyncio.create_task(eng.run(RealClock(tick=0.1)))
-        try:
-            jobs = [eng.submit({"name": f"gloo-{i}", "script": script, "gpus": 2,
-                                "launcher": "torchrun"}) for i in range(RUNS)]
-            deadline = time.monotonic() + 900
-            while not all(j.state.final for j in jobs):
-                assert time.monotonic() < deadline, [j.state.value for j in jobs]
-                await asyncio.sleep(0.2)
-            return jobs
-        finally:
-            await asyncio.to_thread(ex.terminate_all, 1.0)
-            eng.close()
-            await asyncio.wait_for(task, 5)
-
-    jobs = asyncio.run(main())
+    jobs = run_jobs(tmp_path, 8, [{"name": f"gloo-{i}", "script": script, "gpus": 2, "launcher": "torchrun"}
+                                  for i in range(RUNS)], patience=900)
     logs = {j.id: (tmp_path / "jobs" / str(j.id) / "log.txt").read_text() for j in jobs}
     failed = {j.id: (j.state.value, j.reason) for j in jobs if j.state is not JobState.succeeded}
     aborts = [i for i, text in logs.items() if "terminate called" in text or "SIGABRT" in text]
@@ -81,3 +66,79 @@ def test_30_torchrun_gloo_jobs_never_abort(tmp_path: Path, script: str) -> None:
     for text in logs.values():
         assert RUNNER in text.splitlines()[0]  # the start marker's argv: it ran under the runner
         assert "rank 0 sum 3 training done" in text and "rank 1 sum 3 training done" in text
+
+
+# One rank fails while the other waits for it in a collective: the failing rank must not wait
+# at exit for ranks that cannot finish (they wait for it). It used to: the runner's waiting
+# `destroy_process_group()` held the failed rank for `$SCHEDULEARN_EXIT_WAIT` seconds (300), and
+# the whole job with it, before rank 0's barrier learnt that its peer was gone.
+RANK_FAILS = """\
+import torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 boom")
+dist.barrier()
+"""
+
+# The same, with the program's own destroy_process_group() in a `finally:` (a common pattern).
+RANK_FAILS_IN_TRY = """\
+import torch.distributed as dist
+dist.init_process_group("gloo")
+try:
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 boom")
+    dist.barrier()
+finally:
+    dist.destroy_process_group()
+"""
+
+
+# Horovod: the other rank learns of it from Horovod's own shutdown (`Horovod has been shut down`).
+HOROVOD_RANK_FAILS = """\
+import torch, horovod.torch as hvd
+hvd.init()
+if hvd.rank() == 1:
+    raise RuntimeError("rank 1 boom")
+hvd.allreduce(torch.ones(1), name="x")
+"""
+
+
+@pytest.mark.parametrize(("launcher", "script"), [
+    ("torchrun", RANK_FAILS), ("torchrun", RANK_FAILS_IN_TRY), ("horovod", HOROVOD_RANK_FAILS),
+    # A notebook cell's job: the cell's embedded runner inside the launcher's (two wrappers).
+    ("torchrun", build_script(RANK_FAILS)),
+], ids=["runner-exit", "own-finally", "horovod", "cell"])
+def test_a_failing_rank_ends_the_job_without_waiting_for_the_others(
+        tmp_path: Path, launcher: str, script: str) -> None:
+    # The exit wait far longer than the test's patience: only not waiting ends the job.
+    spec = {"name": "one-rank-fails", "script": script, "gpus": 2, "launcher": launcher,
+            "env": {"SCHEDULEARN_EXIT_WAIT": "900"}}
+    [job] = run_jobs(tmp_path, 2, [spec], patience=120)
+    log = (tmp_path / "jobs" / str(job.id) / "log.txt").read_text()
+    assert job.state is JobState.failed, (job.state, job.reason, log[-3000:])
+    assert "RuntimeError: rank 1 boom" in log
+    assert "waiting for 1 other rank" not in log, log[-3000:]
+    assert job.reason == "RuntimeError: rank 1 boom"  # the cause, not rank 0's lost peer
+
+
+def run_jobs(tmp_path: Path, gpus: int, specs: list[dict], patience: float) -> list:
+    """Run `specs` through the real engine and LocalExecutor on one host of `gpus` virtual GPUs
+    until every job has ended (failing the test if one still runs after `patience` seconds)."""
+    async def main() -> list:
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=2)
+        eng = Engine(virtual_cluster(1, gpus), "fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.1)))
+        try:
+            jobs = [eng.submit(spec) for spec in specs]
+            deadline = time.monotonic() + patience
+            while not all(j.state.final for j in jobs):
+                assert time.monotonic() < deadline, (f"still running after {patience} s",
+                                                     [j.state.value for j in jobs])
+                await asyncio.sleep(0.2)
+            return jobs
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await asyncio.wait_for(task, 5)
+
+    return asyncio.run(main())

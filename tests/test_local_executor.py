@@ -677,6 +677,31 @@ train.py FAILED
 """
     assert joblogs.failure_reason(torchrun_tail) == "ValueError: bad shape (3, 4)"
     assert joblogs.failure_reason("a\nlast words\n\n=====\n") == "last words"
+    # One rank's exception, then the other's lost connection to it: the cause, not the consequence.
+    two_ranks = """
+[rank1]:     raise RuntimeError("rank 1 boom")
+[rank1]: RuntimeError: rank 1 boom
+[rank0]:     work.wait()
+[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:46282. \
+This is typically caused by a remote worker crashing.
+E1203 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 3570) of binary: python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+""" + "  exitcode  : 1\n" * 60  # torchrun's summary between them and the end
+    assert joblogs.failure_reason(two_ranks) == "RuntimeError: rank 1 boom"
+    horovod = """
+[1]<stderr>:    raise RuntimeError("rank 1 boom")
+[1]<stderr>:RuntimeError: rank 1 boom
+[0]<stderr>:horovod.common.exceptions.HorovodInternalError: Horovod has been shut down. This was caused by \
+an exception on one of the ranks
+Process 0 exit with status code 1.
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job \
+to be terminated. The first process to do so was:
+Process name: 0
+Exit code: 1
+"""
+    assert joblogs.failure_reason(horovod) == "RuntimeError: rank 1 boom"
+    gone = "RuntimeError: Read error [127.0.0.1]:701: Connection reset by peer."
+    assert joblogs.failure_reason(f"[rank0]: {gone}\n") == gone  # the only one: the reason still
     assert joblogs.failure_reason("") == ""
 
 

@@ -128,17 +128,19 @@ class JobHandle:
         before, but starts a line of its own."""
         return self._log_reader is not None and self._log_reader.skipped
 
-    def cancel(self) -> dict[str, Any]:
-        """Cancel the job (a job that already ended is left as it is)."""
+    def cancel(self) -> JobHandle:
+        """Cancel the job (a job that already ended is left as it is); the handle, its `job`
+        refreshed — as a cell's last line, the job widget following it to `cancelled`."""
         if self.state in FINAL_STATES:
-            return self.job
+            return self
         try:
             self.client.cancel(self.id)
             self.cancelled_by_you = True
         except Exception:
             if self.refresh()["state"] not in FINAL_STATES:
                 raise
-        return self.refresh()
+        self.refresh()
+        return self
 
     def wait(
         self,

@@ -356,7 +356,7 @@ class SchedulearnMagics(Magics):
             hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
             return JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})")
         try:
-            job = handle.cancel()
+            job = handle.cancel().job
         except Exception as e:
             return JobInterrupted(handle.id, f"could not cancel it: {e}")
         view.update(job, None, None)

@@ -70,8 +70,7 @@ class JobWidget(w.VBox):
     def _cancel(self) -> None:
         self.cancel_button.disabled = True
         try:
-            job = self.handle.cancel()
-            self.update(job, None, None)
+            self.update(self.handle.cancel().job, None, None)
         except Exception as e:  # shown, not raised: this runs in a comm callback
             self.message.value = f"<span style='color:#dc322f'>{html.escape(str(e))}</span>"
             self.cancel_button.disabled = False

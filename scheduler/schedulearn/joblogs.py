@@ -18,6 +18,8 @@ from . import nofollow
 
 MARKER = "=== schedulearn:"
 _MAX_REASON = 300
+#: Lines of a log's tail `failure_reason` reads (a torchrun failure's summary alone is ~50).
+REASON_LINES = 200
 _TAIL_BLOCK = 64 * 1024
 PAGE = 1 << 20  # the most one `page` (a `GET logs?offset=`) answers, and `follow` reads at a time
 NEXT_OFFSET = "X-Schedulearn-Next-Offset"  # `GET logs?offset=`: where the next page starts
@@ -223,9 +225,15 @@ async def afollow(
         reader.close()
 
 
+#: The rank prefix of a line: torchrun's `[rank1]: `, horovodrun's `[1]<stderr>:`.
+_RANK = r"(?:\[rank\d+\]:\s*|\[\d+\]<std(?:out|err)>:\s*)"
 _EXC = re.compile(
-    r"^(?:\[rank\d+\]:\s*)?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*")
+    rf"^{_RANK}?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*")
 _IGNORED = ("ChildFailedError", "HorovodInternalError: Broadcast", "RuntimeError: Horovod detected")
+#: What a rank says when a peer has gone (its collective lost the connection): a consequence,
+#: reported only where no other rank's exception tells the cause.
+_PEER_GONE = ("by peer", "remote worker", "communicator was aborted", "Watchdog caught collective",
+              "Horovod has been shut down")
 
 
 def _meaningful(line: str) -> bool:
@@ -236,26 +244,25 @@ def _meaningful(line: str) -> bool:
 
 
 def failure_reason(log_tail: str) -> str:
-    """One line saying why a run failed: the last exception line in the log's tail, else its
-    last meaningful line; '' when the log says nothing."""
+    """One line saying why a run failed: the last exception line in the log's tail (one rank's
+    cause before another rank's lost connection to it), else its last meaningful line; '' when
+    the log says nothing."""
     lines = [ln.rstrip() for ln in log_tail.splitlines()]
     # only the current run: what follows the last start marker
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith(MARKER) and "start" in lines[i]:
             lines = lines[i + 1:]
             break
-    chosen = ""
-    for line in reversed(lines):
-        s = line.strip()
-        if _EXC.match(s) and not any(x in s for x in _IGNORED):
-            chosen = s
-            break
+    errors = [s for s in (ln.strip() for ln in reversed(lines))
+              if _EXC.match(s) and not any(x in s for x in _IGNORED)]
+    causes = [s for s in errors if not any(x in s for x in _PEER_GONE)]
+    chosen = (causes or errors or [""])[0]
     if not chosen:
         for line in reversed(lines):
             if _meaningful(line):
                 chosen = line.strip()
                 break
-    chosen = re.sub(r"^\[rank\d+\]:\s*", "", chosen)
+    chosen = re.sub(f"^{_RANK}", "", chosen)
     if len(chosen) > _MAX_REASON:
         chosen = chosen[: _MAX_REASON - 3] + "..."
     return chosen

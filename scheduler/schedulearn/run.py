@@ -159,14 +159,17 @@ def shutdown_distributed(status: int = 0) -> None:
 
     A rank that finished well first waits until every rank has finished (`_wait_for_ranks`):
     destroying a gloo group closes its sockets, and a peer still inside its last collective then
-    failed with `Read error ... Connection reset by peer` (1 job in 30 on a loaded machine)."""
+    failed with `Read error ... Connection reset by peer` (1 job in 30 on a loaded machine).
+    A rank that failed does not wait: its peers may be inside a collective that waits for it, and
+    closing its connections ends that collective (torchrun stops the others as it exits), where
+    waiting held the whole job for `$SCHEDULEARN_EXIT_WAIT` seconds."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
         try:
             if dist.is_available() and dist.is_initialized():
                 if status == 0:
                     _wait_for_ranks(dist)
-                dist.destroy_process_group()
+                _unwrapped(dist.destroy_process_group)()  # torch's own: waited above, or failing
         except Exception as e:  # noqa: BLE001 - a broken group must not change the status
             _warn(f"destroying the torch process group failed: {type(e).__name__}: {e}")
     for name in ("horovod.torch", "horovod.tensorflow", "horovod.keras", "horovod.mxnet"):
@@ -210,16 +213,31 @@ def _wait_for_ranks(dist) -> None:
         pass
 
 
+#: The mark of `_wait_before_destroy`'s wrapper.
+_WAITS = "schedulearn_waits_for_ranks"
+
+
+def _unwrapped(destroy):
+    """`destroy` without the runner's waiting wrapper (a cell's embedded runner runs inside the
+    launcher's, and either may have wrapped torch's function)."""
+    while getattr(destroy, _WAITS, False):
+        destroy = destroy.__wrapped__
+    return destroy
+
+
 def _wait_before_destroy(dist) -> None:
     """Make the program's own `destroy_process_group()` of the default group wait for the other
     ranks first (`_wait_for_ranks`), as `shutdown_distributed` does: programs that end with it
     (DDP examples do) died at random the same way, SIGABRT or `Read error`, when one rank tore its
-    connections down while another was still in its last collective."""
+    connections down while another was still in its last collective. Not while an exception is
+    on its way out (a `finally:` or `except:` of a failing rank): as for a failed rank at exit."""
     original = dist.destroy_process_group
+    if getattr(original, _WAITS, False):  # a runner around this one (a cell's job) wrapped it
+        return
 
     def destroy_process_group(group=None, *args, **kwargs):
         try:
-            if group is None and dist.is_initialized():
+            if group is None and sys.exc_info()[0] is None and dist.is_initialized():
                 _wait_for_ranks(dist)
         except Exception:  # noqa: BLE001 - never in the way of the program's own call
             pass
@@ -227,6 +245,7 @@ def _wait_before_destroy(dist) -> None:
 
     destroy_process_group.__wrapped__ = original
     destroy_process_group.__doc__ = original.__doc__
+    setattr(destroy_process_group, _WAITS, True)
     for module in (dist, getattr(dist, "distributed_c10d", None)):
         if module is not None and getattr(module, "destroy_process_group", None) is original:
             module.destroy_process_group = destroy_process_group

@@ -54,7 +54,18 @@ def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> No
     assert handle.result(timeout=60) == "done"
     assert handle.state == "succeeded"
     assert "working" in handle.logs()
-    assert handle.cancel()["state"] == "succeeded"  # cancelling a finished job changes nothing
+    assert handle.cancel() is handle and handle.state == "succeeded"  # a finished job: unchanged
+
+
+def test_cancel_gives_back_the_handle(shell: InteractiveShell, client: Client) -> None:
+    """`h.cancel()` as a cell's last line shows the handle (a notebook's live job widget, one
+    line as text), not the job's 30-line dict."""
+    h = cell(shell, "--no-wait -o h2", "import time\ntime.sleep(60)").result
+    r = shell.run_cell("h2.cancel()")
+    assert r.success and r.result is h and h.cancelled_by_you
+    assert h.job["state"] in ("queued", "running", "cancelled")  # refreshed: stopping, or ended
+    h.wait(timeout=30)
+    assert h.state == "cancelled" and client.job(h.id)["state"] == "cancelled"
 
 
 def test_vars_are_shipped(shell: InteractiveShell) -> None:

@@ -81,7 +81,7 @@ LABEL_JOBDIR = "schedulearn.jobdir"
 PULL_POLICIES = ("never", "missing")
 _BIND_MODES = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared", "rslave", "rprivate", "nocopy"}
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_TAIL_LINES = 60
+_TAIL_LINES = joblogs.REASON_LINES  # the log tail kept for the failure reason
 
 
 @dataclass(eq=False)

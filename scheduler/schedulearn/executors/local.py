@@ -531,7 +531,7 @@ class LocalExecutor(RunExecutor):
         return f"{memory}; {text}" if memory else text
 
     def _why_failed(self, run: _Run, code: int | None) -> str:
-        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
+        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES))
         if code is None:
             text = (f"ended without recording its exit status (its wrapper, pid {run.pid}, was killed, "
                     "e.g. by SIGKILL, not by the scheduler); exit status unknown")
@@ -582,7 +582,7 @@ class LocalExecutor(RunExecutor):
             self._report(job.id, None, f"{LOST}: ended while the server was down; exit status unknown")
         else:
             why = "" if code == 0 else f"exit code {code} while the server was down: " + (
-                joblogs.failure_reason(self.logs(job.id, 60)) or "no log")
+                joblogs.failure_reason(self.logs(job.id, joblogs.REASON_LINES)) or "no log")
             self._report(job.id, code, why)
         return None
 

@@ -533,7 +533,7 @@ class SlurmExecutor(RunExecutor):
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run)
-        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), 60))
+        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES))
         if run.slurm_end:
             text = _SLURM_ENDS[run.slurm_end]
         elif code is None:

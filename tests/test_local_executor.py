@@ -700,6 +700,14 @@ Process name: 0
 Exit code: 1
 """
     assert joblogs.failure_reason(horovod) == "RuntimeError: rank 1 boom"
+    srun = """
+1: [rank5]: RuntimeError: rank 5 boom
+0: [rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:25231.
+0:   exitcode  : 1 (pid: 9226)
+srun: error: n2: task 0: Exited with exit code 1
+srun: Force Terminated StepId=1.0
+"""
+    assert joblogs.failure_reason(srun) == "RuntimeError: rank 5 boom"  # through srun's --label too
     gone = "RuntimeError: Read error [127.0.0.1]:701: Connection reset by peer."
     assert joblogs.failure_reason(f"[rank0]: {gone}\n") == gone  # the only one: the reason still
     assert joblogs.failure_reason("") == ""

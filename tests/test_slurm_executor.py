@@ -137,6 +137,23 @@ def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, t
     assert text.count("sum 21 agent_store True") == 6  # rank 0's agent store, bound once and kept
 
 
+def test_a_rank_failing_on_the_second_node_fails_the_job_with_its_reason(cluster: SlurmCluster,
+                                                                           tmp_path: Path) -> None:
+    """Rank 5 (on n2) raises while the others wait in an all-reduce: the job fails at once (the
+    runner's failing rank does not wait for the others; srun ends the other node's task), and its
+    reason is rank 5's error, read through srun's `--label` and torchrun's `[rank5]: ` prefixes —
+    not rank 0's lost connection to it."""
+    ex = executor(cluster, tmp_path)
+    script = ("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+              "if dist.get_rank() == 5:\n    raise RuntimeError('rank 5 boom')\n"
+              "dist.all_reduce(torch.ones(1))\n")
+    (job,) = run_jobs(ex, [{"name": "one-fails", "script": script, "gpus": 6, "launcher": "torchrun",
+                            "env": {"SCHEDULEARN_EXIT_WAIT": "900"}}], timeout=120)
+    text = ex.logs(job.id)
+    assert job.state is JobState.failed, job.reason + text[-3000:]
+    assert job.reason == "RuntimeError: rank 5 boom", (job.reason, text[-3000:])
+
+
 def test_horovod_across_both_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:
     ex = executor(cluster, tmp_path)
     (job,) = run_jobs(ex, [{"name": "hvd", "script": HVD_WHERE, "gpus": 6, "launcher": "horovod"}],

@@ -225,10 +225,11 @@ async def afollow(
         reader.close()
 
 
-#: The rank prefix of a line: torchrun's `[rank1]: `, horovodrun's `[1]<stderr>:`.
-_RANK = r"(?:\[rank\d+\]:\s*|\[\d+\]<std(?:out|err)>:\s*)"
+#: The prefixes of a line: `srun --label`'s task (`1: `), then the rank: torchrun's `[rank1]: `,
+#: horovodrun's `[1]<stderr>:`.
+_PREFIX = r"(?:\d+: )?(?:\[rank\d+\]:\s*|\[\d+\]<std(?:out|err)>:\s*)?"
 _EXC = re.compile(
-    rf"^{_RANK}?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*")
+    rf"^{_PREFIX}(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*")
 _IGNORED = ("ChildFailedError", "HorovodInternalError: Broadcast", "RuntimeError: Horovod detected")
 #: What a rank says when a peer has gone (its collective lost the connection): a consequence,
 #: reported only where no other rank's exception tells the cause.
@@ -262,7 +263,7 @@ def failure_reason(log_tail: str) -> str:
             if _meaningful(line):
                 chosen = line.strip()
                 break
-    chosen = re.sub(f"^{_RANK}", "", chosen)
+    chosen = re.sub(f"^{_PREFIX}", "", chosen)
     if len(chosen) > _MAX_REASON:
         chosen = chosen[: _MAX_REASON - 3] + "..."
     return chosen

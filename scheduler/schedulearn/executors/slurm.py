@@ -52,6 +52,7 @@ import logging
 import math
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -533,9 +534,13 @@ class SlurmExecutor(RunExecutor):
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run)
-        last = joblogs.failure_reason(joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES))
+        tail = joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES)
+        last = joblogs.failure_reason(tail)
+        task = _TASK_FAILED.search(tail)
         if run.slurm_end:
             text = _SLURM_ENDS[run.slurm_end]
+        elif task:  # a node's task failed and srun ended the others (--kill-on-bad-exit): its
+            return last or f"exit code {task['code']} on {task['node']}"  # SIGTERM is not the cause
         elif code is None:
             text = f"Slurm job {run.slurm_id} ended without recording its exit status"
         else:
@@ -672,6 +677,10 @@ def _make(settings: Settings) -> SlurmExecutor:
                          sbatch_args=opts.get(SBATCH_ARGS.name) or [],
                          poll_interval=opts.get(POLL.name, POLL.default))
 
+
+#: srun's word for the first task of a multi-node run that failed (the others it then ends).
+_TASK_FAILED = re.compile(r"^srun: error: (?P<node>\S+): task \d+: Exited with exit code (?P<code>\d+)$",
+                          re.MULTILINE)
 
 KIND = ExecutorKind("slurm", "Slurm jobs on the nodes of a Slurm partition (sbatch, srun)", SlurmExecutor,
                     _make, (PARTITION, SBATCH_ARGS, POLL))

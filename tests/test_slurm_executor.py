@@ -137,17 +137,22 @@ def test_torchrun_across_both_nodes_has_the_whole_world(cluster: SlurmCluster, t
     assert text.count("sum 21 agent_store True") == 6  # rank 0's agent store, bound once and kept
 
 
-def test_a_rank_failing_on_the_second_node_fails_the_job_with_its_reason(cluster: SlurmCluster,
-                                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["torchrun", "horovod"])
+def test_a_rank_failing_on_the_second_node_fails_the_job_with_its_reason(
+        cluster: SlurmCluster, tmp_path: Path, launcher: str) -> None:
     """Rank 5 (on n2) raises while the others wait in an all-reduce: the job fails at once (the
     runner's failing rank does not wait for the others; srun ends the other node's task), and its
-    reason is rank 5's error, read through srun's `--label` and torchrun's `[rank5]: ` prefixes —
-    not rank 0's lost connection to it."""
+    reason is rank 5's error, read through srun's `--label` and the launcher's rank prefix — not
+    rank 0's lost connection to it, nor srun's SIGTERM of the other node's task."""
     ex = executor(cluster, tmp_path)
     script = ("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
               "if dist.get_rank() == 5:\n    raise RuntimeError('rank 5 boom')\n"
               "dist.all_reduce(torch.ones(1))\n")
-    (job,) = run_jobs(ex, [{"name": "one-fails", "script": script, "gpus": 6, "launcher": "torchrun",
+    if launcher == "horovod":
+        script = ("import torch, horovod.torch as hvd\nhvd.init()\n"
+                  "if hvd.rank() == 5:\n    raise RuntimeError('rank 5 boom')\n"
+                  "hvd.allreduce(torch.ones(1), name='x')\n")
+    (job,) = run_jobs(ex, [{"name": "one-fails", "script": script, "gpus": 6, "launcher": launcher,
                             "env": {"SCHEDULEARN_EXIT_WAIT": "900"}}], timeout=120)
     text = ex.logs(job.id)
     assert job.state is JobState.failed, job.reason + text[-3000:]

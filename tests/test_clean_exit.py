@@ -13,6 +13,7 @@ none aborts."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -119,6 +120,38 @@ def test_a_failing_rank_ends_the_job_without_waiting_for_the_others(
     assert "RuntimeError: rank 1 boom" in log
     assert "waiting for 1 other rank" not in log, log[-3000:]
     assert job.reason == "RuntimeError: rank 1 boom"  # the cause, not rank 0's lost peer
+
+
+# Ranks stopped together (the scheduler's stop at a step boundary exits with 143, after a
+# barrier) still wait for each other before tearing their connections down, as finished ones do:
+# rank 1 leaves 2 s after rank 0, and rank 0's exit handler runs only once rank 1 has checked in.
+STOPPED_TOGETHER = """\
+import atexit, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 0:
+    atexit.register(lambda: print(f"rank 0 past the wait at {time.time():.3f}", flush=True))
+else:
+    time.sleep(2)
+    print(f"rank 1 leaving at {time.time():.3f}", flush=True)
+OWN_DESTROY_IN_FINALLY
+"""
+
+
+@pytest.mark.parametrize("own_destroy", [False, True], ids=["runner-exit", "own-finally"])
+def test_ranks_stopped_together_wait_for_each_other(tmp_path: Path, own_destroy: bool) -> None:
+    end = ("try:\n    sys.exit(143)\nfinally:\n    dist.destroy_process_group()" if own_destroy
+           else "sys.exit(143)")
+    script = STOPPED_TOGETHER.replace("OWN_DESTROY_IN_FINALLY", end)
+    [job] = run_jobs(tmp_path, 2, [{"name": "stopped", "script": script, "gpus": 2, "launcher": "torchrun"}],
+                     patience=120)
+    log = (tmp_path / "jobs" / str(job.id) / "log.txt").read_text()
+    past = re.search(r"rank 0 past the wait at ([\d.]+)", log)
+    leaving = re.search(r"rank 1 leaving at ([\d.]+)", log)
+    assert past and leaving, log[-3000:]
+    assert float(past[1]) >= float(leaving[1]), log[-3000:]
+    assert "Connection" not in log and "terminate called" not in log, log[-3000:]
 
 
 def run_jobs(tmp_path: Path, gpus: int, specs: list[dict], patience: float) -> list:

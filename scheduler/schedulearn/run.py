@@ -157,7 +157,8 @@ def shutdown_distributed(status: int = 0) -> None:
     """Destroy the torch process group and shut Horovod down, where the program left them
     initialised. Imports nothing the program did not import itself; never raises.
 
-    A rank that finished well first waits until every rank has finished (`_wait_for_ranks`):
+    A rank that finished well (or was stopped at a step boundary with its peers, `STOPPED`) first
+    waits until every rank has finished (`_wait_for_ranks`):
     destroying a gloo group closes its sockets, and a peer still inside its last collective then
     failed with `Read error ... Connection reset by peer` (1 job in 30 on a loaded machine).
     A rank that failed does not wait: its peers may be inside a collective that waits for it, and
@@ -167,7 +168,7 @@ def shutdown_distributed(status: int = 0) -> None:
     if dist is not None:
         try:
             if dist.is_available() and dist.is_initialized():
-                if status == 0:
+                if status in (0, STOPPED):  # ended with its peers: wait for them
                     _wait_for_ranks(dist)
                 _unwrapped(dist.destroy_process_group)()  # torch's own: waited above, or failing
         except Exception as e:  # noqa: BLE001 - a broken group must not change the status
@@ -213,6 +214,15 @@ def _wait_for_ranks(dist) -> None:
         pass
 
 
+def _failing() -> bool:
+    """Whether the program is failing: an exception on its way out (in a `finally:` or an
+    `except:`), other than an exit with status 0 or `STOPPED`."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, SystemExit):
+        return exc.code not in (None, 0, STOPPED)
+    return exc is not None
+
+
 #: The mark of `_wait_before_destroy`'s wrapper.
 _WAITS = "schedulearn_waits_for_ranks"
 
@@ -237,7 +247,7 @@ def _wait_before_destroy(dist) -> None:
 
     def destroy_process_group(group=None, *args, **kwargs):
         try:
-            if group is None and sys.exc_info()[0] is None and dist.is_initialized():
+            if group is None and not _failing() and dist.is_initialized():
                 _wait_for_ranks(dist)
         except Exception:  # noqa: BLE001 - never in the way of the program's own call
             pass

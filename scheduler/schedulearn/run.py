@@ -239,8 +239,8 @@ def _wait_before_destroy(dist) -> None:
     """Make the program's own `destroy_process_group()` of the default group wait for the other
     ranks first (`_wait_for_ranks`), as `shutdown_distributed` does: programs that end with it
     (DDP examples do) died at random the same way, SIGABRT or `Read error`, when one rank tore its
-    connections down while another was still in its last collective. Not while an exception is
-    on its way out (a `finally:` or `except:` of a failing rank): as for a failed rank at exit."""
+    connections down while another was still in its last collective. Not while the program is
+    failing (`_failing`: in a `finally:` or `except:` on its way out), as for a failed rank at exit."""
     original = dist.destroy_process_group
     if getattr(original, _WAITS, False):  # a runner around this one (a cell's job) wrapped it
         return

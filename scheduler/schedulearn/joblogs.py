@@ -244,16 +244,20 @@ def _meaningful(line: str) -> bool:
     )
 
 
+def current_run(log_tail: str) -> str:
+    """The part of a log's tail that the current run wrote: what follows its last start marker."""
+    lines = log_tail.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(MARKER) and "start" in lines[i]:
+            return "".join(lines[i + 1:])
+    return log_tail
+
+
 def failure_reason(log_tail: str) -> str:
     """One line saying why a run failed: the last exception line in the log's tail (one rank's
     cause before another rank's lost connection to it), else its last meaningful line; '' when
     the log says nothing."""
-    lines = [ln.rstrip() for ln in log_tail.splitlines()]
-    # only the current run: what follows the last start marker
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(MARKER) and "start" in lines[i]:
-            lines = lines[i + 1:]
-            break
+    lines = [ln.rstrip() for ln in current_run(log_tail).splitlines()]
     errors = [s for s in (ln.strip() for ln in reversed(lines))
               if _EXC.match(s) and not any(x in s for x in _IGNORED)]
     causes = [s for s in errors if not any(x in s for x in _PEER_GONE)]

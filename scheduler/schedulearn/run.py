@@ -168,7 +168,7 @@ def shutdown_distributed(status: int = 0) -> None:
     if dist is not None:
         try:
             if dist.is_available() and dist.is_initialized():
-                if status in (0, STOPPED):  # ended with its peers: wait for them
+                if status in TOGETHER:  # ended with its peers: wait for them
                     _wait_for_ranks(dist)
                 _unwrapped(dist.destroy_process_group)()  # torch's own: waited above, or failing
         except Exception as e:  # noqa: BLE001 - a broken group must not change the status
@@ -219,7 +219,7 @@ def _failing() -> bool:
     `except:`), other than an exit with status 0 or `STOPPED`."""
     exc = sys.exc_info()[1]
     if isinstance(exc, SystemExit):
-        return exc.code not in (None, 0, STOPPED)
+        return (exc.code or 0) not in TOGETHER
     return exc is not None
 
 
@@ -393,6 +393,9 @@ def status_of(exc: BaseException | None) -> int:
 #: The status of a program stopped by the scheduler at a step boundary (`schedulearn.elastic`'s
 #: `EXIT_CHECKPOINTED`: 128 + SIGTERM, as a process ended by SIGTERM).
 STOPPED = 143
+#: The statuses of a rank that ended together with its peers (finished, or stopped): it waits for
+#: them before it closes its connections (`shutdown_distributed`).
+TOGETHER = (0, STOPPED)
 
 
 def finish(status: int):  # NoReturn

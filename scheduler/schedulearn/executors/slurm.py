@@ -534,9 +534,9 @@ class SlurmExecutor(RunExecutor):
 
     def _failure(self, run: Run, code: int | None) -> str:
         assert isinstance(run, _Run)
-        tail = joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES)
+        tail = joblogs.current_run(joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES))
         last = joblogs.failure_reason(tail)
-        task = _TASK_FAILED.search(tail)
+        task = _TASK_FAILED.search(tail)  # (not an earlier run's, before a restart)
         if run.slurm_end:
             text = _SLURM_ENDS[run.slurm_end]
         elif task:  # a node's task failed and srun ended the others (--kill-on-bad-exit): its

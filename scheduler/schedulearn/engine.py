@@ -112,6 +112,11 @@ class Clock(Protocol):
         ...
 
 
+
+def _held_outside(nodes: list[Node]) -> int:
+    """GPUs of healthy nodes held outside the scheduler (`Gpu.held_by`)."""
+    return sum(1 for n in nodes if n.healthy for g in n.gpus if g.held_by)
+
 class Engine:
     def __init__(
         self,
@@ -128,7 +133,7 @@ class Engine:
         #: pauses are measured), and so the deadline statuses; None: the policies' own
         self.restart_cost = restart_cost
         self.pool = FreePool(self.nodes)
-        self._outside = 0  # GPUs held outside the scheduler (`Gpu.held_by`), as `set_nodes` counts
+        self._outside = _held_outside(self.nodes)  # GPUs held outside the scheduler (`Gpu.held_by`)
         self.jobs: dict[int, Job] = {}
         self.active: dict[int, Job] = {}  # queued and running, in arrival order
         # The round's indexes: the queue sorted by (-priority, id) as two parallel lists, its
@@ -348,7 +353,7 @@ class Engine:
         in the books until their executor reports them gone."""
         self.nodes = list(nodes)
         self.pool = FreePool(self.nodes)
-        self._outside = sum(1 for n in self.nodes if n.healthy for g in n.gpus if g.held_by)
+        self._outside = _held_outside(self.nodes)
         for job in self.active.values():
             if job.alloc:
                 self.pool.take(job.alloc)

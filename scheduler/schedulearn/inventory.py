@@ -12,6 +12,11 @@ is not schedulable whole, so its MIG devices are listed instead, each as its own
 numbered after the physical GPUs. Without NVML (`NVMLError_LibraryNotFound`, no driver, no GPU)
 the node has `virtual_gpus` GPUs marked `virtual=True` (and so does the node).
 
+With NVML, `processes` also holds what runs on each GPU (`nvmlDeviceGetComputeRunningProcesses`):
+{GPU UUID: [(pid, MiB of its memory or None)]}, a GPU left out where NVML cannot say (no
+permission, not supported). Whose processes they are is the executor's question
+(`schedulearn.busygpus`): the inventory only reads.
+
 `only` keeps the scheduler to some of them (`local_gpus`: a workstation's display GPU, or one kept
 for interactive work, is left alone): GPU indices or UUIDs, a MIG device by its own UUID or its
 GPU's. A GPU named there but not found is left out of the inventory, said once in the log.
@@ -73,6 +78,8 @@ class HostInventory:
                                  f"GPU-8f3e…), got {name!r}")
         self.not_found: tuple[str, ...] = ()  # GPUs of `only` the last read did not find
         self.found: list[Gpu] = []  # every GPU the last read found, those left out included
+        #: the compute processes on each GPU at the last read: UUID -> [(pid, MiB or None)]
+        self.processes: dict[str, list[tuple[int, int | None]]] = {}
         self._nvml = nvml if nvml is not None else _load_nvml()
         self._initialised = False
         self.nvml_error: str | None = None  # why NVML is not used, when it is not
@@ -136,6 +143,9 @@ class HostInventory:
             self.nvml_error = error
             return []
         self.nvml_error = None
+        self.processes = {}
+        for gpu, handle in physical:
+            self._read_processes(nv, handle, gpu.uuid)
         gpus: list[Gpu] = []
         migs: list[Gpu] = []
         for gpu, handle in physical:
@@ -161,6 +171,18 @@ class HostInventory:
             util = 0.0
         return uuid, name, int(mem.total // _MIB), int(mem.used // _MIB), util
 
+    def _read_processes(self, nv: Any, handle: Any, uuid: str) -> None:
+        """`processes[uuid]`: the compute processes on one GPU (or MIG device), where NVML says."""
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        except (nv.NVMLError, AttributeError):  # not supported, no permission, an old library
+            return
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append((int(p.pid), None if used is None else int(used // _MIB)))
+        self.processes[uuid] = out
+
     def _device(self, nv: Any, i: int) -> tuple[Gpu, Any]:
         handle = nv.nvmlDeviceGetHandleByIndex(i)
         uuid, name, total, used, util = self._info(nv, handle)
@@ -181,6 +203,7 @@ class HostInventory:
             except nv.NVMLError:  # empty slot
                 continue
             uuid, name, total, used, util = self._info(nv, mh)
+            self._read_processes(nv, mh, uuid)
             out.append(Gpu(index=-1, uuid=uuid, name=name, memory_total_mb=total, memory_used_mb=used,
                            utilization=util, virtual=False, mig_parent=parent.uuid))
         return out

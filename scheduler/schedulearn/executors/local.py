@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import gpulocks, joblogs, nofollow, pauses
+from .. import busygpus, gpulocks, joblogs, nofollow, pauses
 from ..inventory import HostInventory, Inventory, gpu_names
 from ..jobfiles import EXIT_CODE_FILE, PID_FILE
 from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
@@ -124,6 +124,9 @@ class LocalExecutor(RunExecutor):
         #: host-wide claims of the GPUs a run uses (`gpulocks`: another scheduler on this machine
         #: leaves them alone); None: none taken
         self.gpu_locks: gpulocks.GpuLocks | None = None
+        #: a GPU none of its jobs is on is held while a process there uses this many MiB of its
+        #: memory or more (`busygpus`); 0: never
+        self.gpu_busy_mib = busygpus.DEFAULT_MIB
         self._boot_id = _boot_id()
         self._init_runs()
 
@@ -405,9 +408,36 @@ class LocalExecutor(RunExecutor):
 
     def nodes(self) -> list[Node]:
         """This host's GPUs, those that another scheduler's run claims marked held (`gpulocks`),
-        and those a run of this scheduler's still claims where its job no longer runs (a
-        process of its run outlived it)."""
-        return self._mark_claimed(super().nodes())
+        those a run of this scheduler's still claims where its job no longer runs (a process of
+        its run outlived it), and those a process the scheduler did not start uses (`busygpus`)."""
+        return self._mark_busy(self._mark_claimed(super().nodes()))
+
+    def _mark_busy(self, nodes: list[Node]) -> list[Node]:
+        processes = getattr(self.inventory, "processes", None)
+        if not processes or self.gpu_busy_mib <= 0:
+            return nodes
+        placed = self._placed(nodes)
+        for node in nodes:
+            for gpu in node.gpus:
+                if gpu.held_by or gpu.virtual or (node.name, gpu.index) in placed:
+                    continue
+                gpu.held_by = busygpus.holder(processes.get(gpu.uuid, ()), self.gpu_busy_mib)
+        return nodes
+
+    def _placed(self, nodes: list[Node]) -> set[tuple[str, int]]:
+        """The GPUs (node, index) the engine's books give a job — or, read at start-up before
+        the engine has its books, that this scheduler's claims hold (its re-attached runs')."""
+        placed: set[tuple[str, int]] = set()
+        if self.engine is None:
+            locks = self.gpu_locks
+            for node in nodes if locks is not None else ():
+                mine = {u for u, h in locks.holders(node.gpus).items() if h.get("owner") == locks.owner}
+                placed.update((node.name, g.index) for g in node.gpus if g.uuid in mine)
+            return placed
+        for job in list(self.engine.active.values()):
+            for alloc in (job.alloc, job.releasing):
+                placed.update((name, i) for name, idx in list(alloc.items()) for i in idx)
+        return placed
 
     def _mark_claimed(self, nodes: list[Node]) -> list[Node]:
         locks = self.gpu_locks
@@ -749,6 +779,11 @@ GPUS = Option("local_gpus", [], "this machine's GPUs the scheduler may give jobs
               "comma-separated (e.g. 1,2,3 keeps GPU 0 for the desktop or interactive work); default all")
 
 
+GPU_BUSY = Option("gpu_busy_mib", busygpus.DEFAULT_MIB, "a GPU is held from the scheduler's jobs while "
+                  "a process it did not start (someone's python train.py, a kernel that loaded a "
+                  "model) uses this many MiB of its memory or more; 0: never")
+
+
 GPU_LOCKS = Option("gpu_locks", "", "where runs claim their GPUs host-wide, so that another scheduler "
                    "on this machine (someone else's JupyterLab) leaves them alone: '' = "
                    f"{gpulocks.DEFAULT_DIR}, for this machine's real GPUs; a directory, for virtual GPUs "
@@ -758,6 +793,10 @@ GPU_LOCKS = Option("gpu_locks", "", "where runs claim their GPUs host-wide, so t
 def _make(settings: Settings) -> LocalExecutor:
     ex = LocalExecutor(settings.job_root, settings.cancel_grace, run_as=settings.run_as())
     ex.gpu_locks = gpulocks.from_setting(settings.options.get(GPU_LOCKS.name, ""), ex.job_root)
+    busy = settings.options.get(GPU_BUSY.name, GPU_BUSY.default)
+    if isinstance(busy, bool) or not isinstance(busy, int) or busy < 0:
+        raise ValueError(f"gpu_busy_mib: expected MiB >= 0 (0: never), got {busy!r}")
+    ex.gpu_busy_mib = busy
     only = settings.options.get(GPUS.name) or []
     if only:  # (else the service gives it this host's inventory)
         ex.inventory = inv = HostInventory(settings.virtual_gpus, settings.node_name, only=only)
@@ -768,6 +807,7 @@ def _make(settings: Settings) -> LocalExecutor:
     return ex
 
 
-KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make, options=(GPUS, GPU_LOCKS))
+KIND = ExecutorKind("local", "processes on this host", LocalExecutor, _make,
+                    options=(GPUS, GPU_BUSY, GPU_LOCKS))
 
 __all__ = ["KIND", "LocalExecutor"]

@@ -157,6 +157,7 @@ def test_a_rank_failing_on_the_second_node_fails_the_job_with_its_reason(
     text = ex.logs(job.id)
     assert job.state is JobState.failed, job.reason + text[-3000:]
     assert job.reason == "RuntimeError: rank 5 boom", (job.reason, text[-3000:])
+    assert job.exit_code == 1, text[-3000:]  # the launcher's on n2 (srun itself: 143, its SIGTERM)
 
 
 def test_horovod_across_both_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:

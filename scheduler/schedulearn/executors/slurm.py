@@ -30,7 +30,9 @@ ran (it is cancelled, and the engine starts the job again).
 
 One thread polls `squeue --json` (every `slurm_poll_interval` s) while runs are tracked: a run
 that left the active states is over; its exit status is the one its batch script wrote into the
-job directory (`exit_code`), else Slurm's. What Slurm did to it on its own — a node failure, its
+job directory (`exit_code`), else Slurm's — but where srun says a task of a multi-node run failed
+(`task 1: Exited with exit code 1`) and srun then ended the others (its own status 143), the failed
+task's status. What Slurm did to it on its own — a node failure, its
 time limit, an out-of-memory kill, a cancel outside Schedulearn — is the job's reason. The GPU
 indices Slurm bound are reported to the engine (`Engine.placed`), so that the books and the
 sidebar show the GPUs the job really holds.
@@ -498,7 +500,17 @@ class SlurmExecutor(RunExecutor):
             code = -sig if sig else exit_code
         if run.slurm_end and run.stopping is None and code == 0:
             code = None  # Slurm ended it (its status file says 0 only if the program finished)
+        if code and not run.slurm_end and run.stopping is None:
+            task = self._task_failed(run)
+            if task:  # srun's status is its SIGTERM of the other tasks: the failed task's is the job's
+                code = int(task["code"])
         self._run_over(run, code, self._end_reason(run, code))
+
+    def _task_failed(self, run: Run) -> re.Match[str] | None:
+        """srun's line for the task of a multi-node run that failed first (not an earlier run's,
+        before a restart)."""
+        tail = joblogs.current_run(joblogs.tail(self.log_path(run.job_id), joblogs.REASON_LINES))
+        return _TASK_FAILED.search(tail)
 
     def _exit_code(self, run: _Run) -> int | None:
         """What the batch script recorded for this run (None: it did not get that far)."""

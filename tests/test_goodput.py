@@ -213,3 +213,25 @@ def test_a_new_auto_job_grows_by_doubling_as_far_as_its_measured_speedup_pays():
     engine.wake()
     engine.round(20_000.0)
     assert job.size == 1  # slower on 2 GPUs than on 1: back to 1, and no further growth
+
+
+@pytest.mark.parametrize("progress, grows", [((0.50, 0.99), False), ((0.01, 0.02), True)])
+def test_a_job_seconds_from_its_end_is_not_grown(progress, grows):
+    """Growing pays only where the time saved beats `hysteresis` times the restart: a job whose
+    own progress says it ends on its GPUs within that (here 2 s: 0.49 of the work in 100 s, 0.01
+    left) keeps them, idle GPUs and a linear speed-up notwithstanding; the same job with 9,800 s
+    left grows (seen live: an auto job grew 1 -> 2 at 94 % of its work and ended 13 s later)."""
+    from schedulearn.estimates import ingest
+
+    spec = JobSpec(gpus="auto", max_gpus=32, duration=1e6, batch_size=256)
+    engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor())
+    job = engine.submit(spec, now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+    rec = {"batch_size": 256, "step_time": 0.2, "compute_time": 0.2, "num_gpus": 1}
+    ingest(job, [{**rec, "t": 9_900.0, "progress": progress[0]},
+                 {**rec, "t": 10_000.0, "progress": progress[1]}])
+    assert estimate(job, 10_000.0).progress == progress[1]
+    engine.wake()
+    engine.round(10_000.0)  # old enough to pay for a restart
+    assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)

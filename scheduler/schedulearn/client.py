@@ -189,7 +189,27 @@ class Client:
         return self.request("GET", "gpus")
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "jobs", spec)
+        try:
+            return self.request("POST", "jobs", spec)
+        except ClientError as e:
+            raise self._older(e, spec) from None
+
+    def _older(self, e: ClientError, spec: dict[str, Any]) -> ClientError:
+        """A server refusing as unknown a field of the spec that this client's own `JobSpec` has
+        runs an older Schedulearn (the notebook's kernel was upgraded, a shared server not):
+        said so, instead of a list of the fields it allows. A field neither knows (a typo in a
+        `--spec` file) keeps the server's message."""
+        m = re.match(r"(\w+): unknown field; allowed: ", str(e))
+        if e.status != 400 or m is None or m[1] not in spec:
+            return e
+        from . import __version__
+        from .model import JobSpec  # (here only: the client itself stays light to import)
+
+        if m[1] not in JobSpec.model_fields:
+            return e
+        return ClientError(f"{m[1]}: the server at {self.api} does not know this field: it runs an older "
+                           f"Schedulearn than this client ({__version__}); upgrade schedulearn where the "
+                           "server runs, then restart it (HTTP 400)", 400)
 
     def default_workdir(self) -> str | None:
         """Where a job runs when its spec does not say, as with `sbatch`: the current directory,

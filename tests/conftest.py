@@ -3,8 +3,10 @@
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,24 @@ pytest_plugins = [
 ]
 
 sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def started() -> Iterator[Callable[..., subprocess.Popen]]:
+    """`started(argv, ready, **popen_args)`: a real process, returned once it printed the line
+    `ready`; killed (and reaped) at the test's end."""
+    procs: list[subprocess.Popen] = []
+
+    def start(argv: list[str], ready: str, **kw: object) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+        procs.append(p)
+        assert p.stdout is not None and p.stdout.readline().strip() == ready
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
 
 
 @pytest.fixture(scope="session")

@@ -69,23 +69,10 @@ class Nvml:
 
 
 @pytest.fixture
-def train(tmp_path: Path):
+def train(tmp_path: Path, started):
     """`train()`: a real process that looks like someone's training run; killed at the end."""
-    procs: list[subprocess.Popen] = []
-    script = tmp_path / "train.py"
-    script.write_text("import sys, time\nprint('up', flush=True)\ntime.sleep(300)\n")
-
-    def start() -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "train.py", "--epochs", "10"], cwd=tmp_path,
-                             stdout=subprocess.PIPE, text=True)
-        assert p.stdout is not None and p.stdout.readline().strip() == "up"
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
+    (tmp_path / "train.py").write_text("import sys, time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    return lambda: started([sys.executable, "train.py", "--epochs", "10"], "up", cwd=tmp_path)
 
 
 def executor(tmp_path: Path, nv: Nvml) -> LocalExecutor:

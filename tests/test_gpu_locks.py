@@ -44,23 +44,11 @@ time.sleep(300)
 
 
 @pytest.fixture
-def holder(tmp_path: Path):
+def holder(tmp_path: Path, started):
     """`hold(index[, owner, job])`: a process claiming that GPU of node `box` (default: job 7 of
     another scheduler, /home/bob/jobs)."""
-    procs: list[subprocess.Popen] = []
-
-    def hold(index: int, *owner_and_job: str) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "locks"), str(index),
-                              *owner_and_job],
-                             stdout=subprocess.PIPE, text=True, env=ENV)
-        assert p.stdout is not None and p.stdout.readline().strip() == "held"
-        procs.append(p)
-        return p
-
-    yield hold
-    for p in procs:
-        p.kill()
-        p.wait()
+    return lambda index, *owner_and_job: started(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "locks"), str(index), *owner_and_job], "held", env=ENV)
 
 
 def gpus(n: int = 2) -> list:

@@ -112,10 +112,10 @@ class Clock(Protocol):
         ...
 
 
-
 def _held_outside(nodes: list[Node]) -> int:
     """GPUs of healthy nodes held outside the scheduler (`Gpu.held_by`)."""
     return sum(1 for n in nodes if n.healthy for g in n.gpus if g.held_by)
+
 
 class Engine:
     def __init__(

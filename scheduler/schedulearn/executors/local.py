@@ -413,6 +413,8 @@ class LocalExecutor(RunExecutor):
         return self._mark_busy(self._mark_claimed(super().nodes()))
 
     def _mark_busy(self, nodes: list[Node]) -> list[Node]:
+        """`nodes` with the GPUs no job of this scheduler is on, that a process uses
+        `gpu_busy_mib` MiB of or more, marked held (`busygpus`; not GPUs held already)."""
         processes = getattr(self.inventory, "processes", None)
         if not processes or self.gpu_busy_mib <= 0:
             return nodes

@@ -30,12 +30,11 @@ ran (it is cancelled, and the engine starts the job again).
 
 One thread polls `squeue --json` (every `slurm_poll_interval` s) while runs are tracked: a run
 that left the active states is over; its exit status is the one its batch script wrote into the
-job directory (`exit_code`), else Slurm's — but where srun says a task of a multi-node run failed
-(`task 1: Exited with exit code 1`) and srun then ended the others (its own status 143), the failed
-task's status. What Slurm did to it on its own — a node failure, its
-time limit, an out-of-memory kill, a cancel outside Schedulearn — is the job's reason. The GPU
-indices Slurm bound are reported to the engine (`Engine.placed`), so that the books and the
-sidebar show the GPUs the job really holds.
+job directory (`exit_code`), else Slurm's; where srun says a task of a multi-node run failed
+(`task 1: Exited with exit code 1`) and then ended the others (its own status 143), the failed
+task's. What Slurm did to it on its own — a node failure, its time limit, an out-of-memory kill,
+a cancel outside Schedulearn — is the job's reason. The GPU indices Slurm bound are reported to
+the engine (`Engine.placed`), so that the books and the sidebar show the GPUs the job really holds.
 
 Stop = `scancel --signal=TERM --full` (the batch script and every step), the grace period, then
 `scancel --signal=KILL --full` and `scancel`; a job still pending is cancelled at once. A resize is

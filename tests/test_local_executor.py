@@ -297,6 +297,28 @@ def test_a_cancelled_job_leaves_no_worker_behind(tmp_path, launcher):
     asyncio.run(main())
 
 
+def test_a_cancelled_torchrun_job_ends_quietly(tmp_path):
+    """torchrun's agent raises `SignalException` when stopped: each cancel (and each resize) of a
+    torchrun job wrote its 25-line traceback into the log and ended with status 1. Through the
+    runner the agent stops its workers as before and ends with 143 (SIGTERM), nothing more."""
+    require(_has("torch"), "torch is not installed (scripts/setup.sh installs it)")
+
+    async def main():
+        async with live(tmp_path, grace=10.0) as (eng, ex):
+            job = eng.submit({"command": ["python", str(JOBS / "sigterm_job.py")], "launcher": "torchrun",
+                              "gpus": 2})
+            await wait_for(lambda: ex.logs(job.id).count("ready pgid=") == 2, 60, "both workers to start")
+            eng.cancel(job.id)
+            await wait_for(final(eng, job.id), 30, "the job to end")
+            text = ex.logs(job.id)
+            assert job.state is JobState.cancelled, text
+            assert text.count("got SIGTERM") == 2, text  # each worker was asked, as before
+            assert "Traceback" not in text and "SignalException" not in text, text
+            assert "=== schedulearn: exit of run #0: code 143: cancelled ===" in text, text
+
+    asyncio.run(main())
+
+
 ORPHANING = """\
 import subprocess, sys
 worker = subprocess.Popen([sys.executable, "-c", "import signal, time; "
@@ -589,8 +611,10 @@ def test_multi_host_torchrun_workers_rendezvous(tmp_path):
 def test_launch_argv_for_each_launcher(tmp_path):
     spec = JobSpec(command=["python", "train.py", "--lr", "0.1"], launcher="torchrun", gpus=2)
     (w,) = build_workers(spec, 5, {"n": (2, 3)}, tmp_path, 4, python="/v/bin/python")
-    assert w.argv == ["/v/bin/python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+    assert w.argv == ["/v/bin/python", RUNNER, "--torchrun", "--standalone", "--nproc-per-node=2",
                       "--rdzv-conf=last_call_timeout=1", RUNNER, "train.py", "--lr", "0.1"]
+    (bare,) = build_workers(spec, 5, {"n": (2, 3)}, tmp_path, 4, python="/v/bin/python", runner=None)
+    assert bare.argv[:3] == ["/v/bin/python", "-m", "torch.distributed.run"]
     assert w.env["CUDA_VISIBLE_DEVICES"] == "2,3" and w.env["SCHEDULEARN_RESTART_COUNT"] == "4"
     assert w.env["SCHEDULEARN_JOB_DIR"] == str(tmp_path) and w.env["SCHEDULEARN_NUM_GPUS"] == "2"
     bash = JobSpec(command=["bash", "run.sh"], launcher="torchrun", gpus=1)

@@ -42,7 +42,9 @@ RESULT_KEY_ENV = "SCHEDULEARN_RESULT_KEY"
 RESULT_FILE = "result.pkl"
 MAC_SUFFIX = ".hmac"
 
-USAGE = "usage: python -m schedulearn.run SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
+USAGE = ("usage: python -m schedulearn.run SCRIPT.py [ARGS...] | -m MODULE [ARGS...] | "
+         "--torchrun TORCHRUN-ARGS...")
+TORCHRUN = "--torchrun"  # the launcher's agent: `torch.distributed.run`, quiet when stopped
 
 
 # --- results --------------------------------------------------------------------------------
@@ -510,8 +512,25 @@ def run_program(argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def torchrun(argv: list[str]):  # NoReturn
+    """`torch.distributed.run` with `argv` — the torchrun launcher's agent — ending quietly
+    with 128 + N when signal N stops it (the job cancelled, preempted or resized): torchrun
+    stops its workers, then raises `SignalException`, whose 25-line traceback each cancel and
+    each resize of a torchrun job wrote into its log, and exits 1."""
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    try:
+        run.main(argv)
+    except SignalException as e:
+        raise SystemExit(128 + int(e.sigval)) from None
+    raise SystemExit(0)
+
+
 def main(argv: list[str] | None = None):  # NoReturn
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [TORCHRUN]:
+        torchrun(argv[1:])
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not argv else sys.stdout)
         raise SystemExit(2 if not argv else 0)

@@ -353,7 +353,9 @@ def build_workers(
         # rank 0 (bound once, kept open); with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torch would
         # pick their store's port by binding port 0 and closing it, a race another socket can
         # win (EADDRINUSE at start).
-        torchrun = [python, "-m", "torch.distributed.run"]
+        # (through the runner where there is one: a cancel or resize then ends the agent quietly,
+        # status 143, not with torchrun's traceback and status 1)
+        torchrun = [python, runner, "--torchrun"] if runner else [python, "-m", "torch.distributed.run"]
         target = _torchrun_target(command, python)
         if len(hosts) == 1:
             n = len(alloc[hosts[0]])

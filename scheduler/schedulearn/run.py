@@ -516,7 +516,10 @@ def torchrun(argv: list[str]):  # NoReturn
     """`torch.distributed.run` with `argv` — the torchrun launcher's agent — ending quietly
     with 128 + N when signal N stops it (the job cancelled, preempted or resized): torchrun
     stops its workers, then raises `SignalException`, whose 25-line traceback each cancel and
-    each resize of a torchrun job wrote into its log, and exits 1."""
+    each resize of a torchrun job wrote into its log, and exits 1. `sys.path` as under `python -m
+    torch.distributed.run`: the working directory first, not this file's folder (whose modules,
+    `schedulearn`'s own, would shadow others of the same name)."""
+    sys.path[0] = os.getcwd()
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 

@@ -22,6 +22,7 @@ inventory); its account and command line come from `/proc`, where the server can
 
 from __future__ import annotations
 
+import os
 import pwd
 from collections.abc import Iterable
 
@@ -66,14 +67,8 @@ def _cmdline(pid: int, most: int = 80) -> str | None:
 
 def _user(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Uid:"):
-                    uid = int(line.split()[1])
-                    break
-            else:
-                return ""
-    except (OSError, ValueError, IndexError):
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
         return ""
     try:
         return pwd.getpwuid(uid).pw_name

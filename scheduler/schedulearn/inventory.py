@@ -144,8 +144,6 @@ class HostInventory:
             return []
         self.nvml_error = None
         self.processes = {}
-        for gpu, handle in physical:
-            self._read_processes(nv, handle, gpu.uuid)
         gpus: list[Gpu] = []
         migs: list[Gpu] = []
         for gpu, handle in physical:
@@ -154,6 +152,7 @@ class HostInventory:
                 migs.extend(children)
             else:
                 gpus.append(gpu)
+                self._read_processes(nv, handle, gpu.uuid)
         nxt = max((g.index for g, _ in physical), default=-1) + 1
         for m in migs:
             m.index = nxt

@@ -29,6 +29,7 @@ import heapq
 from .. import pauses
 from ..estimates import Estimate, estimate, remaining_s1
 from ..model import Job, JobState
+from ..placement import placement_shape
 from .base import NEVER, Policy, RoundContext, Want
 
 
@@ -162,7 +163,7 @@ class Goodput(Policy):
         at 94 % of its work, seconds from its end, and ended 13 s later than it would have)."""
         if est.progress is None or not job.alloc:
             return False
-        left = est.remaining_s(tuple(len(i) for i in job.alloc.values() if i))
+        left = est.remaining_s(placement_shape(job.alloc))
         return left is not None and left <= self.hysteresis * pauses.price(job, self.restart_cost)
 
     def restart_factor(self, job: Job, now: float) -> float:

@@ -57,6 +57,24 @@ def test_price_is_the_median_of_the_kind_the_next_resize_will_be():
     assert pauses.measured(job, True) == [5.0, 6.0, 7.0, 8.0, 9.0]
 
 
+def test_a_job_not_measured_yet_is_priced_at_its_familys_pauses():
+    """A cell run again is resized as its earlier runs were: until it measures pauses of its
+    own, the median of its family's of the kind its next resize will be (in place where it asks
+    and the family was resized in place); its own, once measured, win."""
+    spec = JobSpec(command=["x"], launcher="horovod", gpus="auto", resize="in-place")
+    job = Job(id=2, spec=spec, submit_time=0.0)
+    family = {"in_place": [0.4, 0.9, 0.5], "restart": [12.0, 14.0]}
+    assert pauses.price(job, 30.0, family) == 0.5
+    assert pauses.price(job, 30.0, {"restart": [12.0, 14.0]}) == 13.0  # never in place: restarts
+    rigid = Job(id=3, spec=JobSpec(command=["x"], launcher="horovod", gpus="auto"), submit_time=0.0)
+    assert pauses.price(rigid, 30.0, family) == 13.0  # does not ask for in place
+    assert pauses.price(job, 30.0, {}) == pauses.price(job, 30.0, None) == 30.0
+    job.restarts, job.extra[pauses.IN_PLACE_KEY] = 1, 2
+    assert pauses.spent(job, 30.0, family) == 13.0 + 2 * 0.5
+    pauses.record(job, {"pause_s": 2.0, "in_place": True})
+    assert pauses.price(job, 30.0, family) == 2.0 and pauses.spent(job, 30.0, family) == 13.0 + 2 * 2.0
+
+
 def test_goodput_restart_factor_uses_measured_pauses():
     p = Goodput()
     spec = JobSpec(gpus="auto", min_gpus=1, max_gpus=4, duration=100.0, resize="in-place")
@@ -150,3 +168,37 @@ def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_
     write((40.0, 2, 1))
     ex.advance(41.0)
     assert link.paused == [(1, 29.5, 41.0)]
+
+
+def test_a_cell_run_again_starts_from_its_earlier_runs_pauses(tmp_path):
+    """The engine keeps what a finished job's resizes cost for the next run of its cell
+    (`History.pauses_of`), through a restart of the server too: the next run's first resize is
+    priced at them (`Engine.restart_price`, what `goodput` and `qoe` charge), not at the policy's
+    flat 30 s; a job of another cell is not."""
+    store = SqlStore(f"sqlite:///{tmp_path}/jobs.db")
+    eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=SimExecutor(30.0, in_place_penalty=1.0),
+                 store=store)
+    cell = {**_elastic("in-place"), "name": "nb.ipynb[3]", "user": "alice", "launcher": "horovod"}
+    a = eng.submit(cell, now=0.0)
+    eng.round(0.0)
+    b = eng.submit({"gpus": 1, "duration": 50.0}, now=10.0)
+    eng.round(10.0)
+    assert a.size == 1 and a.extra.get(pauses.IN_PLACE_KEY) == 1
+    eng.resize_paused(a.id, {"pause_s": 0.6, "in_place": True, "from": 2, "to": 1}, now=11.0)
+    eng.cancel(a.id, now=20.0)
+    eng.executor.advance(20.0)
+    eng.round(20.0)
+    assert a.state.final and not b.state.final
+    eng.set_policy("goodput")
+    again = eng.submit(cell, now=30.0)
+    other = eng.submit({**cell, "name": "nb.ipynb[4]"}, now=30.0)
+    assert eng.restart_price(again) == 0.6 and eng.restart_price(other) == 30.0
+    factor = eng.policy.restart_factor
+    assert factor(again, 1000.0, eng.history.pauses_of(again)) == pytest.approx(970 / (970 + 3 * 0.6))
+    assert factor(other, 1000.0, eng.history.pauses_of(other)) == pytest.approx(970 / (970 + 3 * 30))
+    store.close()
+    restored = Engine(virtual_cluster(1, 2), "goodput", executor=SimExecutor(30.0, in_place_penalty=1.0),
+                      store=SqlStore(f"sqlite:///{tmp_path}/jobs.db"))
+    assert restored.restart_price(restored.get(again.id)) == 0.6
+    assert restored.restart_price(restored.get(other.id)) == 30.0
+    restored.store.close()

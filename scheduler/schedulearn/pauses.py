@@ -11,10 +11,13 @@ two: from the end of the last step before the resize to the end of the first ste
 it holds one step at the new size, on both sides of a comparison). The engine keeps the last
 `KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and records a `resize_pause` event.
 
-`price(job, default)` is the cost in seconds a policy charges for the job's next resize: the
-median of its measured pauses of the kind its next resize will be (in place once it has been
-resized in place, else a checkpoint-restart), and `default` (the policy's constant) until one
-is measured. `spent(job, default)` is what its past resizes cost by the same prices.
+`price(job, default, family)` is the cost in seconds a policy charges for the job's next resize:
+the median of its measured pauses of the kind its next resize will be (in place once it — or a
+finished job of its family — has been resized in place, else a checkpoint-restart); until it has
+one of that kind, the median of its family's (`family`: the pauses the finished runs of the same
+cell or application measured, `estimates.predict.History.pauses`: a cell run again is resized as
+its earlier runs were); `default` (the policy's constant) where neither has one. `spent(job,
+default, family)` is what its past resizes cost by the same prices.
 
 Pure functions on a `Job`; no I/O.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .model import Job
@@ -36,6 +39,8 @@ IN_PLACE_KEY = "in_place_resizes"
 PENDING_KEY = "resize_pending"
 #: measured pauses kept per kind
 KEEP_PAUSES = 5
+#: measured pauses kept per kind for a family of jobs (`estimates.predict.History.pauses`)
+KEEP_FAMILY_PAUSES = 15
 #: a resize not measured within this many seconds is given up (the job stopped reporting)
 GIVE_UP_S = 3600.0
 
@@ -80,27 +85,39 @@ def measured(job: Job, in_place: bool) -> list[float]:
     return list((job.extra.get(RESIZE_PAUSES_KEY) or {}).get(_kind(in_place), []))
 
 
-def resizes_in_place(job: Job) -> bool:
-    """The job's resizes happen in place: it asked for it and it has been resized in place."""
-    return job.spec.in_place and int(job.extra.get(IN_PLACE_KEY, 0)) > 0
+def resizes_in_place(job: Job, family: Mapping[str, list[float]] | None = None) -> bool:
+    """The job's resizes happen in place: it asked for it and it, or a finished job of its
+    `family`, has been resized in place (the executor decides at each resize whether it can)."""
+    return job.spec.in_place and (int(job.extra.get(IN_PLACE_KEY, 0)) > 0
+                                  or bool((family or {}).get("in_place")))
 
 
-def price(job: Job, default: float) -> float:
-    """Seconds of progress the job's next resize costs: the median of its measured pauses of
-    that kind, `default` until one is measured."""
-    seen = measured(job, resizes_in_place(job))
+def _median(job: Job, in_place: bool, family: Mapping[str, list[float]] | None, default: float) -> float:
+    seen = measured(job, in_place) or list((family or {}).get(_kind(in_place), ()))
     return statistics.median(seen) if seen else default
 
 
-def spent(job: Job, default: float) -> float:
+def price(job: Job, default: float, family: Mapping[str, list[float]] | None = None) -> float:
+    """Seconds of progress the job's next resize costs: the median of its measured pauses of
+    that kind, else of its `family`'s, `default` until one is measured."""
+    return _median(job, resizes_in_place(job, family), family, default)
+
+
+def spent(job: Job, default: float, family: Mapping[str, list[float]] | None = None) -> float:
     """What the job's past resizes and preemptions cost, at the prices of their kinds."""
-    restart = measured(job, False)
-    cost = job.restarts * (statistics.median(restart) if restart else default)
+    cost = job.restarts * _median(job, False, family, default) if job.restarts else 0.0
     n = int(job.extra.get(IN_PLACE_KEY, 0))
     if n:
-        in_place = measured(job, True)
-        cost += n * (statistics.median(in_place) if in_place else default)
+        cost += n * _median(job, True, family, default)
     return cost
+
+
+def keep(into: dict[str, list[float]], job: Job) -> None:
+    """Add the finished `job`'s measured pauses to its family's `into` (the last
+    `KEEP_FAMILY_PAUSES` of each kind)."""
+    for kind, seen in (job.extra.get(RESIZE_PAUSES_KEY) or {}).items():
+        if kind in ("in_place", "restart") and seen:
+            into[kind] = [*into.get(kind, []), *(float(s) for s in seen)][-KEEP_FAMILY_PAUSES:]
 
 
 def record(job: Job, pause: dict[str, Any]) -> None:

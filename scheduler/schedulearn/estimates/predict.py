@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import pauses
 from ..model import Job, JobState
 
 #: Feature subsets, most specific first; a job matches a level if it has every feature of it.
@@ -217,7 +218,8 @@ class Prior:
 class History:
     """The jobs an engine has seen end (restored from its store): what predictions learn from —
     the work a job needed (seconds on one GPU where its reports told, else its attained
-    GPU-seconds), and the step times each family of jobs measured (`Prior`)."""
+    GPU-seconds), the step times each family of jobs measured (`Prior`), and the resize pauses
+    it measured (`pauses_of`)."""
 
     def __init__(self) -> None:
         self.predictor = Predictor()
@@ -225,9 +227,12 @@ class History:
         self._new: list[Job] = []  # folded in on the first prediction (replays never pay for it)
         self._cache: dict[tuple[int, bool], tuple[int, float | None]] = {}
         self.priors: dict[tuple, Prior] = {}
+        self._pauses: dict[tuple, dict[str, list[float]]] = {}
 
     def add(self, job: Job) -> None:
         """A job ended: learn from it (its run time only if it succeeded)."""
+        if job.extra.get(pauses.RESIZE_PAUSES_KEY):
+            pauses.keep(self._pauses.setdefault(family(job), {}), job)
         state = job.extra.get("reports")
         if state and state.get("configs"):
             work = job.extra.get("work_k") if job.state is JobState.succeeded else None
@@ -239,6 +244,11 @@ class History:
     def prior(self, job: Job) -> Prior | None:
         """The step times measured by finished jobs of `job`'s family, if any."""
         return self.priors.get(family(job)) if self.priors else None
+
+    def pauses_of(self, job: Job) -> dict[str, list[float]] | None:
+        """The resize pauses the finished jobs of `job`'s family measured, by kind
+        (`schedulearn.pauses`: what its first resize of a kind is priced at)."""
+        return self._pauses.get(family(job)) if self._pauses else None
 
     def predict(self, job: Job, similar: bool = False) -> float | None:
         """Predicted total work of `job` in seconds on one GPU (None without history). `similar`:

@@ -71,6 +71,11 @@ class RoundContext:
         before it (`history`); None without history."""
         return self.history.predict(job) if self.history is not None else None
 
+    def pauses(self, job: Job) -> dict[str, list[float]] | None:
+        """The resize pauses the finished jobs of `job`'s family measured (`pauses.price`'s
+        `family`); None without history."""
+        return self.history.pauses_of(job) if self.history is not None else None
+
 
 Want = tuple[Job, int]
 

@@ -16,7 +16,7 @@ Each round:
    n other than its current size is discounted by `restart_factor`: a resize pauses the job, so
    it must pay for its lost seconds — the pauses measured on the job's own resizes
    (`schedulearn.pauses`: far less for a job resized in place than for a checkpoint-restart),
-   `restart_cost` until one is measured.
+   else those its family's finished runs measured, `restart_cost` until one is measured.
 GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
 restart). Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it
 themselves when they start or resize (`job.batch_size = None`).
@@ -38,7 +38,7 @@ class Goodput(Policy):
     description = "Sizes jobs (and batch sizes) for the most total goodput; restart-aware, starvation-free."
     elastic = True
     time_driven = True
-    restart_cost = 30.0  # seconds of progress a resize costs until the job's own are measured
+    restart_cost = 30.0  # seconds of progress a resize costs until its own (or family's) are measured
     hysteresis = 3.0  # a resize must pay for this many times its cost
     beta = 1.0  # weight = rank ** beta (rank 1: the most work left)
     starve_after = 1800.0  # a queued job waiting this long is admitted first
@@ -150,13 +150,14 @@ class Goodput(Policy):
         w = float(rank) ** self.beta
         if job.state is not JobState.running:
             return [w * s for s in cached[1]]
-        keep = self.restart_factor(job, now)
+        family = ctx.pauses(job)
+        keep = self.restart_factor(job, now, family)
         v = [w * s * (1.0 if n == job.size else keep) for n, s in enumerate(cached[1])]
-        if self.ending(job, est):
+        if self.ending(job, est, family):
             del v[job.size + 1:]  # more GPUs cannot pay for their restart before it ends
         return v
 
-    def ending(self, job: Job, est: Estimate) -> bool:
+    def ending(self, job: Job, est: Estimate, family: dict[str, list[float]] | None = None) -> bool:
         """Whether the running job, by its own reported progress, ends on its GPUs within
         `hysteresis` times what a resize costs it: more GPUs save at most that time left, and a
         resize must pay for `hysteresis` times its cost (seen live: an auto job grew 1 -> 2 GPUs
@@ -164,13 +165,15 @@ class Goodput(Policy):
         if est.progress is None or not job.alloc:
             return False
         left = est.remaining_s(placement_shape(job.alloc))
-        return left is not None and left <= self.hysteresis * pauses.price(job, self.restart_cost)
+        return left is not None and left <= self.hysteresis * pauses.price(job, self.restart_cost, family)
 
-    def restart_factor(self, job: Job, now: float) -> float:
+    def restart_factor(self, job: Job, now: float, family: dict[str, list[float]] | None = None) -> float:
         """What a resize leaves of a running job's value: (age - h·spent) / (age + h·c), with c
         the price of its next resize and spent what its past resizes and restarts cost
-        (`pauses.price`, `pauses.spent`: measured, `restart_cost` until measured), h the
-        hysteresis — young and often-resized jobs are left alone."""
+        (`pauses.price`, `pauses.spent`: measured — on its own resizes, else on its `family`'s —
+        `restart_cost` until measured), h the hysteresis — young and often-resized jobs are
+        left alone."""
         age, h = now - job.submit_time, self.hysteresis
-        cost, spent = pauses.price(job, self.restart_cost), pauses.spent(job, self.restart_cost)
+        cost = pauses.price(job, self.restart_cost, family)
+        spent = pauses.spent(job, self.restart_cost, family)
         return max(age - h * spent, 0.0) / (age + h * cost)

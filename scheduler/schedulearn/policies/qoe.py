@@ -137,7 +137,7 @@ class QoE(Goodput):
         if est.progress is None:  # no progress of its own: similar jobs' runs, floored at a
             return False  # tenth of theirs, say nothing of how near its end is
         times = times_left(job, est, job.size, per_node, ctx.now, ctx.predict(job))
-        return times is not None and times[job.size] <= pauses.price(job, self.restart_cost)
+        return times is not None and times[job.size] <= pauses.price(job, self.restart_cost, ctx.pauses(job))
 
     def gave_up(self, job: Job) -> bool:
         return job.id in self._dropped
@@ -189,7 +189,8 @@ class QoE(Goodput):
     def needs(self, job: Job, ctx: RoundContext, per_node: int) -> tuple[int, float]:
         """GPUs `job` needs now to make its deadline (0: no size can, or it has passed), and the
         seconds it then still runs."""
-        now, deadline, restart = ctx.now, job.spec.deadline, pauses.price(job, self.restart_cost)
+        now, deadline = ctx.now, job.spec.deadline
+        restart = pauses.price(job, self.restart_cost, ctx.pauses(job))
         if now >= deadline:
             return 0, 0.0
         est = estimate(job, now, ctx.history)

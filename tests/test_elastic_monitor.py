@@ -199,8 +199,8 @@ def test_a_report_field_the_scheduler_does_not_read_is_said_once_on_stderr(tmp_p
     assert said == [
         "schedulearn.elastic.report: 'progess' is not a field the scheduler reads (it reads: accum_steps, "
         "batch_size, compute_time, epoch, epochs, grad_sqr, grad_var, init_batch_size, max_batch_size, "
-        "max_local_bsz, num_gpus, num_nodes, progress, restart, step, step_time, t, total_steps); written, "
-        "and ignored",
+        "max_local_bsz, num_gpus, num_nodes, progress, restart, step, step_time, t, timed_steps, "
+        "total_steps); written, and ignored",
         "schedulearn.elastic.report: progress: expected a fraction from 0 to 1, got 2 (read as 1: done)",
     ], said
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8

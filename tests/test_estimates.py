@@ -101,6 +101,38 @@ def test_curve_follows_the_fitted_model_and_is_linear_with_nothing_measured():
         assert s[n] == pytest.approx(float(truth), rel=0.05), n
 
 
+def test_a_report_counts_for_the_seconds_it_covers_and_a_new_placement_settles_first():
+    """A job reporting every step is smoothed over as many seconds as one reporting every 10 s
+    (`elastic.Monitor`), not over its last three steps; and a placement it measured for less
+    than `SETTLE_S` seconds is not believed over its other measurements (while it has none, it
+    is: a job's first seconds)."""
+    from schedulearn.estimates.reports import SETTLE_S, SMOOTHING, state
+
+    def step_time(job):
+        return state(job)["configs"]["1,1,64,0"][1]
+
+    each = _job(batch_size=64)
+    ingest(each, [{"t": 0.2 * i, "step_time": 0.2, "batch_size": 64} for i in range(1, 301)])
+    ingest(each, [{"t": 60.0 + 0.4 * i, "step_time": 0.4, "batch_size": 64} for i in range(1, 4)])
+    assert step_time(each) == pytest.approx(0.2, rel=0.06)  # three slow steps: +4 %, not +66 %
+    tens = _job(batch_size=64)
+    ingest(tens, [{"t": 10.0 * i, "step_time": 0.2, "batch_size": 64} for i in range(1, 7)])
+    ingest(tens, [{"t": 70.0, "step_time": 0.4, "batch_size": 64}])
+    assert step_time(tens) == pytest.approx(0.2 + SMOOTHING * 0.2)  # a 10-s report: as before
+
+    job = _job(batch_size=256)
+    ingest(job, [_report(t, 1, 256) for t in range(1, 62)])
+    before = estimate(job, 61.0).curve(2, 4)  # 1 GPU measured: 2 extrapolated
+    slow = {**_report(0, 1, 256), "num_gpus": 2}  # its first steps on 2 GPUs: no faster yet
+    ingest(job, [{**slow, "t": 61.0 + 0.5 * i} for i in range(1, 10)])
+    assert estimate(job, 66.0).curve(2, 4) == before
+    ingest(job, [_report(66.0 + i, 2, 256) for i in range(1, int(SETTLE_S) + 2)])
+    assert estimate(job, 88.0).curve(2, 4)[2] != before[2]  # measured long enough: believed
+    ingest(job, [_report(88.0 + i, 2, 256) for i in range(1, 91)])
+    truth = TRUE.step_time(1, 1, 256) / TRUE.step_time(1, 2, 128)
+    assert estimate(job, 178.0).curve(2, 4)[2] == pytest.approx(float(truth), rel=0.1)
+
+
 # -- statistical efficiency and the batch size ------------------------------------------------------
 def test_efficiency_gain_is_pollux_formula():
     assert float(efficiency_gain(1.0, 0.0, 512, 128)) == pytest.approx(1.0)  # no noise: no gain

@@ -235,3 +235,46 @@ def test_a_job_seconds_from_its_end_is_not_grown(progress, grows):
     engine.wake()
     engine.round(10_000.0)  # old enough to pay for a restart
     assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)
+
+
+def test_a_lone_job_reporting_every_step_is_not_resized_back_and_forth():
+    """Seen live: a Horovod job alone on 4 GPUs, reporting every step (as the docs' examples do),
+    was grown in place 1 -> 2, shrunk 4 s later on its first five steps there (a worker joining on
+    a loaded machine: no faster than on 1 GPU), grown again 1 s later, and once more 75 s later
+    on three slow steps. A configuration is believed once measured for `SETTLE_S` seconds, and a
+    report counts for the seconds it covers, not as a third of the average."""
+    from schedulearn.estimates import ingest
+
+    spec = JobSpec(gpus="auto", min_gpus=1, max_gpus=2, launcher="horovod", resize="in-place",
+                   duration=1e6, batch_size=512)
+    engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor(30.0, in_place_penalty=0.5))
+    job = engine.submit(spec, now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+
+    def steps(t0, n, step, gpus, times=None):
+        times = times or [step] * n
+        out, t = [], t0
+        for s in times:
+            t += s
+            out.append({"t": t, "step_time": s, "batch_size": 512, "num_gpus": gpus, "progress": t / 1e5})
+        return out
+
+    ingest(job, steps(0.0, 1500, 0.2, 1))  # 300 s on 1 GPU
+    engine.wake()
+    engine.round(300.0)
+    assert job.size == 2  # grown: the first resize of the job
+    engine.resize_paused(job.id, {"pause_s": 1.4, "in_place": True, "from": 1, "to": 2}, now=301.4)
+    sizes = []
+    t = 301.4
+    for times in ([0.2, 0.16, 0.21, 0.19, 0.27], [0.25, 0.14, 0.16, 0.17, 0.16] * 20,
+                  [0.16] * 200, [0.29, 0.46, 0.34]):  # the live run's first steps on 2, then slow ones
+        recs = steps(t, 0, 0, 2, times)
+        ingest(job, recs)
+        t = recs[-1]["t"]
+        engine.wake()
+        engine.round(t)
+        sizes.append(job.size)
+    assert sizes == [2, 2, 2, 2]
+    est = estimate(job, t)
+    assert est.curve(2, 4)[2] == pytest.approx(0.2 / 0.16, rel=0.1)  # what 2 GPUs measured

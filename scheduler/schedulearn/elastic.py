@@ -500,6 +500,7 @@ class Monitor:
                                "step": st["steps"]}
         if self._times:
             rec["step_time"] = sum(self._times) / len(self._times)
+            rec["timed_steps"] = len(self._times)
         if self._micro_times:
             rec["compute_time"] = sum(self._micro_times) / len(self._micro_times)
         if st.get("sqr") is not None:

@@ -36,7 +36,7 @@ METRICS_FILE = "metrics.jsonl"
 REPORT_FIELDS = frozenset({
     "t", "step_time", "batch_size", "num_gpus", "num_nodes", "accum_steps", "compute_time", "grad_sqr",
     "grad_var", "init_batch_size", "max_batch_size", "max_local_bsz", "progress", "epoch", "epochs", "step",
-    "total_steps", "restart"})
+    "total_steps", "restart", "timed_steps"})
 #: The exit status the executor's wrapper writes (read back after a server restart).
 EXIT_CODE_FILE = "exit_code"
 #: The local executor's record of the running run (pid, start time, boot id, run number).

@@ -127,7 +127,7 @@ class Estimate:
         fix = self._fix
         if fix is None:
             cfgs = dict(self.prior.configs) if self.prior is not None and self.prior.configs else {}
-            cfgs.update(self.st.get("configs") or {})
+            cfgs.update(rep.configs(self.st, bool(cfgs)))
             logs: dict[tuple[int, int], list[float]] = {}
             keys = [tuple(int(x) for x in key.split(",")) for key in cfgs]
             cols = np.array(keys, dtype=int).reshape(-1, 4).T
@@ -273,8 +273,9 @@ def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> 
     """The throughput model: refitted when the job (or its family) ran on a new (nodes, GPUs)
     pair, when a quarter more configurations were measured, or `REFIT_AFTER` seconds after the
     last fit if anything changed (a fit costs milliseconds; rounds happen every minute)."""
-    cfgs = st.get("configs") or {}
-    if prior is not None and prior.configs:
+    family = prior is not None and bool(prior.configs)
+    cfgs = rep.configs(st, family)
+    if family:
         cfgs = {**prior.configs, **cfgs}
     if not cfgs:
         return None

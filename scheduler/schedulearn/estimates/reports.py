@@ -8,6 +8,7 @@ A report is one JSON object — a line of the job directory's `metrics.jsonl`, w
 |---|---|
 | `t` | when (seconds; wall clock live, virtual in simulation) |
 | `step_time` | seconds per optimiser step, gradient accumulation included |
+| `timed_steps` | how many steps `step_time` is the mean of (default: those since the last report) |
 | `batch_size` | global batch size of those steps |
 | `num_gpus`, `num_nodes` | the placement it ran on (GPUs, nodes; default 1 node) |
 | `accum_steps` | micro-steps accumulated before the synchronised one (default 0) |
@@ -42,8 +43,19 @@ from ..model import Job
 
 #: `Job.extra` key of the folded reports (persisted with the job).
 REPORTS_KEY = "reports"
-#: weight of a new report in the moving average of a configuration's step times
+#: weight of a new report in the moving average of a configuration's step times, for a report
+#: that covers `REPORT_S` seconds of steps or more (`elastic.Monitor` reports every 10 s: the
+#: mean of its steps); a report covering fewer counts for less (1 - (1 - SMOOTHING) ** (s /
+#: REPORT_S)), so that a job reporting every step is smoothed over as long, not over its last
+#: three steps (seen live: a lone job reporting every step was resized in place 2 -> 1 -> 2 GPUs
+#: within seconds, twice, on three slow steps of a loaded machine)
 SMOOTHING = 0.3
+REPORT_S = 10.0
+#: a placement the job itself ran on for fewer seconds than this is not yet believed over what
+#: its other measurements say of it (`configs`): the first steps on a new placement (a
+#: worker joining, warming up) are not its speed (seen live: an in-place resize to 2 GPUs undone
+#: 4 s later on its first five steps)
+SETTLE_S = 20.0
 #: how much the spans measured before a new one still count (recent rates matter most)
 SPAN_DECAY = 0.9
 #: the gradient statistics are kept per this many equal stretches of progress (`grad_path`)
@@ -64,8 +76,8 @@ READ_AT_MOST = 8 << 20
 #: estimator in the server's scheduling round); the rest are bounded by finiteness alone
 _MAX = {"t": 1e11, "num_gpus": 1 << 16, "num_nodes": 1 << 16, "batch_size": 1 << 30,
         "init_batch_size": 1 << 30, "max_batch_size": 1 << 30, "max_local_bsz": 1 << 30,
-        "accum_steps": 1 << 20, "restart": 1 << 30, "step_time": 1e6, "compute_time": 1e6,
-        "grad_sqr": 1e100, "grad_var": 1e100}
+        "accum_steps": 1 << 20, "timed_steps": 1e9, "restart": 1 << 30, "step_time": 1e6,
+        "compute_time": 1e6, "grad_sqr": 1e100, "grad_var": 1e100}
 #: below these a value counts as 0 (a step of a nanosecond is not believed, and the estimator
 #: divides by step times and gradient statistics: a subnormal one made infinite work)
 _TINY = {"step_time": 1e-6, "compute_time": 1e-6, "grad_sqr": 1e-100, "grad_var": 1e-100}
@@ -118,13 +130,27 @@ def ingest(job: Job, records: Iterable[dict[str, Any]]) -> int:
     return used
 
 
-def _avg(old: float | None, new: float | None, count: int) -> float | None:
+def _avg(old: float | None, new: float | None, count: int, covered: float) -> float | None:
     if new is None:
         return old
     if old is None:
         return new
-    w = max(1.0 / count, SMOOTHING)
+    share = SMOOTHING if covered >= REPORT_S else 1.0 - (1.0 - SMOOTHING) ** (covered / REPORT_S)
+    w = max(1.0 / count, share)
     return old + w * (new - old)
+
+
+def configs(st: dict[str, Any], fallback: bool = False) -> dict[str, list]:
+    """The job's measured configurations that are believed: those on placements (nodes, GPUs)
+    it ran on for `SETTLE_S` seconds or more, unless none is and nothing else (`fallback`: its
+    family's) tells of its speed — then all. (A state kept before the seconds were: all.)"""
+    cfgs = st.get("configs") or {}
+    measured = st.get("measured_s")
+    if not measured:
+        return cfgs
+    believed = {key: v for key, v in cfgs.items()
+                if measured.get(key.rsplit(",", 2)[0], SETTLE_S) >= SETTLE_S}
+    return believed if believed or fallback else cfgs
 
 
 def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
@@ -145,11 +171,24 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
         m = max(math.ceil(math.ceil(b / r) / (a + 1)), 1)
         cfgs = st.setdefault("configs", {})
         ck = f"{k},{r},{m},{a}"
+        # the seconds of steps this report covers: as many as it says it timed, else since the
+        # job's last report on the same placement in the same run, else (the first after a
+        # resize) its one step
+        place = f"{k},{r}"
+        prev = st.get("step_at")
+        timed = _num(rec, "timed_steps", float, 1.0)
+        if timed is not None:
+            covered = step * timed
+        else:
+            covered = t - prev[0] if prev is not None and prev[1:] == [place, run] and t > prev[0] else step
+        st["step_at"] = [t, place, run]
         c = cfgs.get(ck) or [0, None, None]
         c[0] += 1
-        c[1] = _avg(c[1], step, c[0])
-        c[2] = _avg(c[2], _num(rec, "compute_time") or None, c[0])
+        c[1] = _avg(c[1], step, c[0], covered)
+        c[2] = _avg(c[2], _num(rec, "compute_time") or None, c[0], covered)
         cfgs[ck] = c
+        measured = st.setdefault("measured_s", {})  # by placement (an adaptive job's batch
+        measured[place] = measured.get(place, 0.0) + covered  # size changes where it runs)
         if len(cfgs) > _KEEP_CONFIGS:  # the least measured go first
             del cfgs[min(cfgs, key=lambda x: cfgs[x][0])]
         st["max_gpus"] = max(st.get("max_gpus", 0), r)

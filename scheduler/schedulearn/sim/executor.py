@@ -317,6 +317,8 @@ class SimExecutor(Executor):
         shape = run.shape
         rec = run.model.report(run.progress, shape, run.bsz)
         rec.update(t=now, num_gpus=sum(shape), num_nodes=len(shape), restart=job.restarts)
+        if rec.get("step_time"):  # the mean of the steps since its last report (or its pause)
+            rec["timed_steps"] = max((now - max(run.ready, run.reported)) / rec["step_time"], 1.0)
         estimates.ingest(job, [rec])
         run.reported = now
 

@@ -193,9 +193,8 @@ class Engine:
     def restart_price(self, job: Job) -> float:
         """Seconds the job's next (re)start costs, as the policy prices it (`pauses.price`: the
         median of its measured pauses, else its family's; the policy's `restart_cost` until one is
-        measured) — what
-        its deadline status counts. A policy that prices none: the set-up's `restart_cost`, else
-        `estimates.deadline.RESTART_S`."""
+        measured) — what its deadline status counts. A policy that prices none: the set-up's
+        `restart_cost`, else `estimates.deadline.RESTART_S`."""
         default = getattr(self.policy, "restart_cost", None)
         if default is None:
             default = self.restart_cost if self.restart_cost is not None else RESTART_S

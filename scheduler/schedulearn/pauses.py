@@ -15,7 +15,7 @@ it holds one step at the new size, on both sides of a comparison). The engine ke
 the median of its measured pauses of the kind its next resize will be (in place once it — or a
 finished job of its family — has been resized in place, else a checkpoint-restart); until it has
 one of that kind, the median of its family's (`family`: the pauses the finished runs of the same
-cell or application measured, `estimates.predict.History.pauses`: a cell run again is resized as
+cell or application measured, `estimates.predict.History.pauses_of`: a cell run again is resized as
 its earlier runs were); `default` (the policy's constant) where neither has one. `spent(job,
 default, family)` is what its past resizes cost by the same prices.
 
@@ -39,7 +39,7 @@ IN_PLACE_KEY = "in_place_resizes"
 PENDING_KEY = "resize_pending"
 #: measured pauses kept per kind
 KEEP_PAUSES = 5
-#: measured pauses kept per kind for a family of jobs (`estimates.predict.History.pauses`)
+#: measured pauses kept per kind for a family of jobs (`estimates.predict.History.pauses_of`)
 KEEP_FAMILY_PAUSES = 15
 #: a resize not measured within this many seconds is given up (the job stopped reporting)
 GIVE_UP_S = 3600.0

@@ -299,7 +299,7 @@ class SimExecutor(Executor):
             if run is None or run.version != version:
                 continue
             del self.runs[job_id]
-            self._last_report(run, t)
+            self._last_report(run, t, finished=True)
             self.models.pop(job_id, None)
             assert self.engine is not None
             self.engine.job_exited(job_id, 0, "", now=t)
@@ -310,24 +310,27 @@ class SimExecutor(Executor):
             if run.reports and now > run.ready and now - run.reported >= self.report_every - 1e-9:
                 self._report(run, now)
 
-    def _emit(self, run: _Run, now: float) -> None:
-        """The job reports what it measured, up to `now`."""
+    def _emit(self, run: _Run, now: float, finished: bool = False) -> None:
+        """The job reports what it measured, up to `now` (`finished`: all of its work, whatever
+        the last bits of the sum of its steps say)."""
         job = run.job
         self._sync(run, now)
         shape = run.shape
         rec = run.model.report(run.progress, shape, run.bsz)
+        if finished and "progress" in rec:
+            rec["progress"] = 1.0
         rec.update(t=now, num_gpus=sum(shape), num_nodes=len(shape), restart=job.restarts)
         if rec.get("step_time"):  # the mean of the steps since its last report (or its pause)
             rec["timed_steps"] = max((now - max(run.ready, run.reported)) / rec["step_time"], 1.0)
         estimates.ingest(job, [rec])
         run.reported = now
 
-    def _last_report(self, run: _Run, now: float) -> None:
+    def _last_report(self, run: _Run, now: float, finished: bool = False) -> None:
         """A run that ends (done, or stopped) reports what it did since its last report: a live
         job writes a report every step, and its last ones are read as its run ends
         (`Executor.collect`)."""
         if run.reports and now > max(run.ready, run.reported):
-            self._emit(run, now)
+            self._emit(run, now, finished)
 
     def _report(self, run: _Run, now: float) -> None:
         """The job reports what it measured; a job that picks its batch size picks it again."""

@@ -461,3 +461,52 @@ def test_policy_switch_mid_run_keeps_every_earlier_start(first, then):
     assert len(earlier) > 20
     assert all(after[i] == before[i] for i in earlier)
     assert any(after[i] != before[i] for i in before if i not in earlier)  # later decisions differ
+
+
+class _SlowExit(SimExecutor):
+    """The simulator's executor, but a shrunk run's GPUs come back only when the test says its old
+    run has exited (`Engine.run_released`), as the local, Docker and Slurm executors confirm."""
+
+    confirms_release = True
+
+
+def test_no_round_decides_while_a_shrink_gives_its_gpus_back():
+    """Seen live (`qoe`, 4 virtual GPUs): a job on all 4 was shrunk to 3 for a newcomer, and a
+    round one second later — the old run still exiting, its fourth GPU out of the pool — saw 3 GPUs
+    for two jobs and shrank it again to 2, a second restart. Rounds wait for the release (at most
+    `RELEASE_WAIT_S`), which wakes the next one."""
+    from schedulearn.engine import RELEASE_WAIT_S
+    from schedulearn.model import parse_cluster
+    from schedulearn.policies.goodput import Goodput
+
+    class Counting(Goodput):
+        rounds = 0
+
+        def schedule(self, ctx):
+            self.rounds += 1
+            return super().schedule(ctx)
+
+    policy = Counting()
+    engine = Engine(parse_cluster("1x4"), policy, _SlowExit())
+    a = engine.submit(JobSpec(gpus=4, min_gpus=1, max_gpus=4, duration=3600.0), now=0.0)
+    engine.round(0.0)
+    b = engine.submit(JobSpec(gpus=1, duration=600.0), now=0.0)
+    engine.round(0.0)
+    assert (a.size, a.restarts, sum(map(len, a.releasing.values())), b.state) == (3, 1, 1, JobState.queued)
+    engine.wake()
+    engine.round(1.0)
+    assert (a.size, a.restarts) == (3, 1)  # before: (2, 2)
+    engine.run_released(a.id, 2.0)
+    engine.round(2.0)
+    assert (a.size, a.restarts, b.size) == (3, 1, 1)
+    # a release that never comes holds the rounds back for RELEASE_WAIT_S, no longer
+    engine.submit(JobSpec(gpus=4, min_gpus=1, max_gpus=4, duration=3600.0), now=3.0)
+    engine.round(3.0)
+    assert a.releasing
+    before = policy.rounds
+    engine.wake()
+    engine.round(3.0 + RELEASE_WAIT_S / 2)
+    assert policy.rounds == before
+    engine.wake()
+    engine.round(3.0 + RELEASE_WAIT_S)
+    assert policy.rounds == before + 1

@@ -111,12 +111,15 @@ def test_later_rounds_with_running_jobs_keep_the_bounds(case):
     assert sum(j.size for j in engine.active.values()) <= engine.total_gpus
 
 
-def _started_under_las(spec: JobSpec, nodes, age: float) -> tuple[Engine, Job]:
+def _started_under_las(spec: JobSpec, nodes, age: float, waiting: JobSpec | None = None
+                       ) -> tuple[Engine, Job]:
     """(With the simulator's true speed-ups: this is about the restart factor, not estimates.)"""
     engine = Engine(nodes, "las", SimExecutor(estimates="oracle"))
     job = engine.submit(spec, now=0.0)
     engine.round(0.0)
     assert job.size == int(spec.gpus)
+    if waiting is not None:
+        engine.submit(waiting, now=max(age - 60.0, 0.0))  # not yet starving
     engine.set_policy("goodput")
     engine.executor.advance(age)
     engine.round(age)
@@ -124,14 +127,19 @@ def _started_under_las(spec: JobSpec, nodes, age: float) -> tuple[Engine, Job]:
 
 
 def test_young_running_job_is_not_resized_for_a_moderate_gain():
+    """With a job waiting for GPUs (here one of all 8), idle GPUs are not lent: the age rule alone
+    decides a resize (a job that waited hours would come first and take them all)."""
     spec = JobSpec(gpus=4, min_gpus=1, max_gpus=64, application="imagenet", batch_size=3200,
                    adaptive_batch=True)
-    _, young = _started_under_las(spec, parse_cluster("2x4"), age=60.0)
+    waiting = JobSpec(gpus=8, duration=600.0)
+    _, young = _started_under_las(spec, parse_cluster("2x4"), age=60.0, waiting=waiting)
     assert young.size == 4 and young.restarts == 0
     assert young.batch_size == 3200  # untouched: no resize
     _, old = _started_under_las(spec, parse_cluster("2x4"), age=36_000.0)
     assert old.size == 8 and old.restarts == 1  # the same gain pays for a restart of a long-running job
     assert old.batch_size is None  # a simulated adaptive job picks its own batch size after a resize
+    _, alone = _started_under_las(spec, parse_cluster("2x4"), age=60.0)
+    assert alone.size == 8  # nobody waiting, one arrival this hour: its hours left pay for the loan
 
 
 def test_restart_factor():
@@ -235,6 +243,44 @@ def test_a_job_seconds_from_its_end_is_not_grown(progress, grows):
     engine.wake()
     engine.round(10_000.0)  # old enough to pay for a restart
     assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)
+
+
+@pytest.mark.parametrize("left_s, queued, grows", [(700.0, False, True), (60.0, False, False),
+                                                   (700.0, True, False)])
+def test_idle_gpus_go_to_a_young_job_whose_time_left_pays_for_the_resize(left_s, queued, grows):
+    """Seen live (qoe, 4 virtual GPUs): a best-effort torchrun job reporting 11 minutes left on 1
+    GPU stayed there 4.5 minutes while 1-3 GPUs stood idle: at 60 s old, the age rule prices a
+    30-s restart at 0.4 of its value. Idle GPUs (nobody waiting) go to a running job whose own
+    progress says the time they save pays `hysteresis` times the restart; with a job waiting for
+    GPUs, or a minute left, it is left alone."""
+    from schedulearn.estimates import ingest
+
+    engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor())
+    job = engine.submit(JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256), now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+    if queued:  # rigid, needs all four: it waits for the running job whatever its size
+        engine.submit(JobSpec(gpus=4, duration=100.0), now=30.0)
+    rec = {"batch_size": 256, "step_time": 1.2, "compute_time": 1.2, "num_gpus": 1, "timed_steps": 8}
+    ingest(job, [{**rec, "t": t, "progress": t / (60.0 + left_s)} for t in range(10, 61, 10)])
+    assert estimate(job, 60.0).remaining_s((1,)) == pytest.approx(left_s, rel=0.01)
+    engine.wake()
+    engine.round(60.0)
+    assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)
+
+
+def test_a_job_shrunk_anyway_keeps_the_gpus_nobody_else_takes():
+    """Seen live: a young job on 4 GPUs, shrunk for a newcomer that needed 1, was cut to its
+    minimum (every size but its current one is worth 0 to a job that young), 2 GPUs idle, and
+    grown 1 -> 3 by another restart seconds later. The restart is paid whatever the new size:
+    the GPUs nobody else takes stay with it, 4 -> 3 in one."""
+    engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor())
+    a = engine.submit(JobSpec(gpus=4, min_gpus=1, max_gpus=4, duration=3600.0), now=0.0)
+    engine.round(0.0)
+    assert a.size == 4
+    b = engine.submit(JobSpec(gpus=1, duration=600.0), now=0.0)
+    engine.round(0.0)
+    assert b.size == 1 and a.size == 3 and a.restarts == 1
 
 
 def test_a_lone_job_reporting_every_step_is_not_resized_back_and_forth():

@@ -195,3 +195,47 @@ def test_a_newcomer_similar_jobs_say_cannot_make_it_does_not_stop_a_best_effort_
     assert jobs["sweep"].restarts == 0 and jobs["sweep"].start_time == 1500.0
     assert jobs["doomed"].start_time >= jobs["sweep"].end_time
     assert all(j.state.value == "succeeded" for j in jobs.values())
+
+
+@pytest.mark.parametrize("how", ["shrink", "stop"])
+def test_gpus_on_their_way_back_count_when_deadlines_are_planned(how):
+    """Seen live (`qoe`, 4 virtual GPUs): a best-effort job on all 4 was shrunk to 1 for a
+    deadline job that arrived, and in the round after — the old run still exiting, its 3 GPUs
+    out of the pool — the deadline job was given up for good: the admission saw the GPUs' seconds
+    of 1 GPU where 4 would be back within seconds. GPUs released by a shrink or a stop count."""
+    from schedulearn.model import JobState, virtual_cluster
+
+    be = Job(id=1, spec=JobSpec(gpus="auto", max_gpus=4, duration=700.0), submit_time=0.0,
+             state=JobState.running)
+    if how == "shrink":  # on GPU 0 from now, 1-3 still held by its old run
+        be.alloc, be.releasing = {"vm": (0,)}, {"vm": (1, 2, 3)}
+    else:  # being stopped on 1-3; GPU 0 free
+        be.alloc, be.stopping = {"vm": (1, 2, 3)}, "preempt"
+    tight = Job(id=2, spec=JobSpec(gpus=2, max_gpus=4, duration=240.0, deadline=255.0), submit_time=75.0)
+    running = {1: be} if how == "shrink" else {}
+    ctx = RoundContext(77.0, virtual_cluster(1, 4), [tight], running, {1: be, 2: tight},
+                       {j: x.size for j, x in running.items()}, 1)
+    assert ctx.releasing == 3
+    policy = QoE()
+    policy.schedule(ctx)
+    assert not policy.gave_up(tight)
+
+
+@pytest.mark.parametrize("policy, grows", [("goodput", True), ("qoe", False)])
+def test_with_deadlines_in_play_qoe_lends_no_idle_gpus(policy, grows):
+    """`goodput` lends idle GPUs to a running job whose time left pays for the resize; `qoe` not
+    while a deadline job is active (its plan grows as its young estimate firms up: seen live, a
+    loan to a best-effort job was taken back 12 s later, a restart for nothing)."""
+    from schedulearn.engine import Engine
+    from schedulearn.sim.executor import SimExecutor
+
+    engine = Engine(parse_cluster("1x4"), policy, SimExecutor())
+    job = engine.submit(JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256), now=0.0)
+    due = engine.submit(JobSpec(gpus=1, duration=100.0, deadline=3600.0), now=0.0)
+    engine.round(0.0)
+    assert job.size == 1 and due.size == 1
+    rec = {"batch_size": 256, "step_time": 1.2, "compute_time": 1.2, "num_gpus": 1, "timed_steps": 8}
+    ingest(job, [{**rec, "t": t, "progress": t / 760.0} for t in range(10, 61, 10)])
+    engine.wake()
+    engine.round(60.0)
+    assert job.size == (2 if grows else 1)

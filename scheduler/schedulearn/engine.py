@@ -56,6 +56,10 @@ log = logging.getLogger("schedulearn.engine")
 #: not time-driven, `fifo` or `edf`, runs rounds only when jobs come and go; a job can go from on
 #: track to at risk in between, and its `deadline` event must not wait for the next arrival).
 DEADLINE_WATCH_S = 30.0
+#: At most how long rounds wait for the GPUs a shrink gives up to come back (the old run's exit:
+#: seconds, or the executor's grace period). A round in between would see a smaller cluster than
+#: there is: seen live, a job shrunk 4 -> 3 for a newcomer was shrunk again to 2 a second later.
+RELEASE_WAIT_S = 60.0
 #: Why the engine stops a job that has run its `JobSpec.time_limit` (`Executor.stop`'s `why`),
 #: and the exit code it fails with (as `timeout(1)`'s)
 TIME_LIMIT, TIME_LIMIT_EXIT = "time-limit", 124
@@ -154,6 +158,7 @@ class Engine:
         self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
         self._limited: dict[int, Job] = {}  # active jobs with a time limit, checked at each round and tick
         self._watched = -math.inf  # when their statuses were last looked at
+        self._releases: dict[int, float] = {}  # job id -> when its shrink began to release GPUs
         #: seconds between looks at them at ticks that run no round (`DEADLINE_WATCH_S`; None:
         #: at rounds only — the simulator's default: no one to tell mid-run, and a look costs
         #: an estimate per job, which tripled a `fifo` replay of a deadline workload)
@@ -677,12 +682,22 @@ class Engine:
                 self._start(job, job.spec.requested, now)
             if not self._qjobs or len(self.pool.order) == 1:
                 return  # (else one-process jobs that no host could hold: the policy weighs them)
+        if (policy.preemptive or policy.elastic) and self._releasing(now):
+            return  # GPUs on their way back: their release wakes the next round (RELEASE_WAIT_S)
         ctx = RoundContext(now, self.nodes, self._qjobs, self.running, self.active, self._gpus,
                            self.pool.total + self._held, self.history)
         if policy.preemptive or policy.elastic:
             self._full_round(policy, ctx, now)
         else:
             self._admit_round(policy, ctx, now)
+
+    def _releasing(self, now: float) -> bool:
+        """Whether a running job's shrink is still giving GPUs back (its old run not gone yet),
+        for under `RELEASE_WAIT_S`."""
+        if self._releases:
+            self._releases = {i: t for i, t in self._releases.items()
+                              if (j := self.running.get(i)) is not None and j.releasing}
+        return any(now - t < RELEASE_WAIT_S for t in self._releases.values())
 
     def _admit_round(self, policy: Policy, ctx: RoundContext, now: float) -> None:
         """Running jobs keep their GPUs: start queued jobs in the policy's order while they fit."""
@@ -925,6 +940,8 @@ class Engine:
                     releasing=_alloc_data(freed) if hold else {}, in_place=in_place)
         if freed and not hold:
             self.pool.give(freed)
+        elif freed:
+            self._releases.setdefault(job.id, now)
         if job.id in self._gpus:
             self._held += job.size - self._gpus[job.id]
             self._gpus[job.id] = job.size

@@ -31,7 +31,7 @@ class RoundContext:
     running job holds, the round's `capacity` and the `history` of ended jobs."""
 
     __slots__ = ("now", "nodes", "queued", "gpus", "capacity", "history", "_by_id", "_active", "_running",
-                 "_jobs")
+                 "_jobs", "_releasing")
 
     def __init__(self, now: float, nodes: list[Node], queued: list[Job], running: Mapping[int, Job],
                  active: Mapping[int, Job], gpus: Mapping[int, int], capacity: int,
@@ -51,6 +51,7 @@ class RoundContext:
         self._active = active
         self._running: list[Job] | None = None
         self._jobs: list[Job] | None = None
+        self._releasing: int | None = None
 
     @property
     def running(self) -> list[Job]:
@@ -65,6 +66,15 @@ class RoundContext:
         if self._jobs is None:
             self._jobs = [j for j in self._active.values() if j.stopping is None]
         return self._jobs
+
+    @property
+    def releasing(self) -> int:
+        """GPUs on their way back, outside `capacity` for now: held by jobs being stopped, or
+        given up by a shrink whose old run has not exited yet (`Job.releasing`). Free in seconds."""
+        if self._releasing is None:
+            self._releasing = sum(sum(len(g) for g in j.releasing.values())
+                                  + (j.size if j.stopping is not None else 0) for j in self._active.values())
+        return self._releasing
 
     def predict(self, job: Job) -> float | None:
         """The total work (seconds on one GPU) predicted for `job` from the jobs that finished

@@ -22,14 +22,17 @@ value among all admitted jobs, deadline jobs included):
    is Moore-Hodgson's rule for the fewest late jobs, in GPU-seconds: while the GPU-seconds the
    jobs due by a deadline need exceed the GPUs' seconds until then, the costliest of them is left
    to best effort for good (one imagenet-sized job gives way to the ten short ones it would make
-   late). Sizes stay within what the estimate trusts: twice the GPUs it was measured on (its
-   progress on the GPUs it has counts). A job that no size can finish in time (its status
-   says `will_miss`: an event the widget and sidebar show) still gets its fastest size while
-   that needs at most `tolerance` (1.5x) the time left — a young job's estimate errs by a fifth
-   and more; the tolerance narrows to 1x as the job's own progress reaches a half (its estimate
-   is then within a tenth); beyond, it gets nothing here and, like the jobs without a deadline,
-   it is best effort from then on. One without progress of its own (the estimate is similar
-   jobs' runs) gets what its user asked for instead, or nothing past the tolerance.
+   late); the GPUs a shrink or a stop is releasing count (seen live: a deadline job arriving
+   as a best-effort job was shrunk for it was given up for good in the round after, while the
+   old run's GPUs were still on their way back). Sizes stay within what the estimate trusts: twice
+   the GPUs it was measured on (its progress on the GPUs it has counts). A job that no size can
+   finish in time (its status says `will_miss`: an event the widget and sidebar show) still gets
+   its fastest size while that needs at most `tolerance` (1.5x) the time left — a young job's
+   estimate errs by a fifth and more; the tolerance narrows to 1x as the job's own progress reaches
+   a half (its estimate is then within a tenth); beyond, it gets nothing here and, like the jobs
+   without a deadline, it is best effort from then on. One without progress of its own (the
+   estimate is similar jobs' runs) gets what its user asked for instead, or nothing past the
+   tolerance.
 3. Everyone else gets their minimum, in the `goodput` order (beside best-effort jobs, the
    deadline jobs given up last).
 Beside best-effort jobs (no deadline), deadlines do not take everything: `be_share` (a quarter)
@@ -97,6 +100,7 @@ class QoE(Goodput):
                         and j.id not in self._dropped), key=lambda j: (j.spec.deadline, j.id))
         plan: list[tuple[Job, int, float]] = []  # (job, GPUs, GPU-seconds it needs)
         demand, share = 0.0, left - kept
+        room = share + (ctx.releasing if timed else 0)  # GPUs being released are back in seconds
         for job in timed:  # 2. deadlines, earliest first, while what they need fits before each
             n, secs = self.needs(job, ctx, per_node)
             if n and beside and not self.efficient(job, ctx, n, per_node):
@@ -104,7 +108,7 @@ class QoE(Goodput):
             if n:
                 plan.append((job, n, n * min(secs, job.spec.deadline - now)))
                 demand += plan[-1][2]
-            while plan and demand > share * (job.spec.deadline - now):  # Moore-Hodgson: the
+            while plan and demand > room * (job.spec.deadline - now):  # Moore-Hodgson: the
                 costliest = max(plan, key=lambda p: p[2])  # costliest gives way to the others
                 plan.remove(costliest)
                 demand -= costliest[2]
@@ -173,6 +177,13 @@ class QoE(Goodput):
         if est.progress is not None:
             self._dropped.add(job.id)
         return False
+
+    def lend(self, ctx: RoundContext, value: dict[Job, list[float]], size: dict[Job, int], left: int,
+             loans: bool = True) -> int:
+        """Goodput's, but with deadlines in play no loans (a young deadline job's plan grows as
+        its estimate firms up: seen live, a loan to a best-effort job was taken back 12 s later,
+        a restart for nothing); a job resized anyway still keeps the GPUs nobody takes."""
+        return super().lend(ctx, value, size, left, loans and not self._timed)
 
     def values(self, job: Job, ctx: RoundContext, per_node: int, rank: int) -> list[float]:
         """Goodput's, but beside best-effort jobs a planned deadline job grows no further and a

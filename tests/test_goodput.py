@@ -283,6 +283,25 @@ def test_a_job_shrunk_anyway_keeps_the_gpus_nobody_else_takes():
     assert b.size == 1 and a.size == 3 and a.restarts == 1
 
 
+def test_a_job_shrunk_anyway_is_valued_without_its_restart_discount():
+    """Seen live (4 virtual GPUs): a young job on all 4, shrunk for a newcomer, was cut to 1 and
+    the newcomer given 3: at its age every size but its current one was worth nothing to it, yet
+    the restart is paid whatever its new size. A running job the admission resizes anyway is
+    valued at its full speed-up: here it keeps 3, the newcomer gets 1 (with the same cifar10
+    work left, the mean JCT is lower, and no more restarts)."""
+    def cifar10(name: str, at: float) -> TraceJob:
+        return TraceJob(at, JobSpec(name=name, gpus=4, min_gpus=1, max_gpus=4, application="cifar10",
+                                    batch_size=2048, adaptive_batch=True), name)
+
+    trace = [cifar10("first", 0.0), cifar10("sweep", 3000.0), cifar10("new", 3060.0)]
+    r = simulate(trace, parse_cluster("1x4"), "goodput", interval=60, restart_penalty=30, record=True)
+    jobs = {j.spec.name: j for j in r.jobs}
+    assert jobs["first"].end_time < 3000.0  # the family's run (estimates for the other two)
+    sizes = [(jid, sum(map(len, alloc.values()))) for t, jid, alloc in r.history if t == 3060.0 and alloc]
+    assert sizes == [(jobs["sweep"].id, 3), (jobs["new"].id, 1)], sizes
+    assert jobs["sweep"].restarts == 1 and all(j.state.value == "succeeded" for j in jobs.values())
+
+
 def test_a_lone_job_reporting_every_step_is_not_resized_back_and_forth():
     """Seen live: a Horovod job alone on 4 GPUs, reporting every step (as the docs' examples do),
     was grown in place 1 -> 2, shrunk 4 s later on its first five steps there (a worker joining on

@@ -197,6 +197,26 @@ def test_a_newcomer_similar_jobs_say_cannot_make_it_does_not_stop_a_best_effort_
     assert all(j.state.value == "succeeded" for j in jobs.values())
 
 
+def test_a_deadline_job_no_size_makes_it_for_runs_behind_the_best_effort_jobs():
+    """Seen live (`qoe`, 4 virtual GPUs): a job due in 30 s (`will miss` at submission: no size
+    makes it) took 3 GPUs of 4 from a best-effort job at full weight. Given up or not, a deadline
+    job no size makes it for this round counts `given_up_weight` beside best-effort jobs and takes
+    its minimum after theirs: submitted with a best-effort job of the same work on 4 GPUs, it
+    gets 1 and the best-effort job 3 (before: 3 and 1); both finish."""
+    first = _cifar10("first", deadline=5000.0, gpus=4)  # the family's run: estimates for the others
+    sweep = TraceJob(3000.0, _cifar10("sweep", gpus=2).spec.model_copy(update={"max_gpus": 4}), "sweep")
+    doomed = TraceJob(3000.0, _cifar10("doomed", gpus=2).spec.model_copy(update={"deadline": 3120.0}),
+                      "doomed")
+    r = simulate([first, sweep, doomed], parse_cluster("1x4"), "qoe", interval=60, restart_penalty=30,
+                 record=True)
+    jobs = {j.spec.name: j for j in r.jobs}
+    assert jobs["first"].end_time < 3000.0
+    sizes = {jid: sum(map(len, alloc.values())) for t, jid, alloc in r.history if t == 3000.0 and alloc}
+    assert sizes == {jobs["sweep"].id: 3, jobs["doomed"].id: 1}, sizes
+    assert jobs["sweep"].end_time < jobs["doomed"].end_time
+    assert all(j.state.value == "succeeded" for j in jobs.values())
+
+
 @pytest.mark.parametrize("how", ["shrink", "stop"])
 def test_gpus_on_their_way_back_count_when_deadlines_are_planned(how):
     """Seen live (`qoe`, 4 virtual GPUs): a best-effort job on all 4 was shrunk to 1 for a

@@ -16,15 +16,19 @@ Each round:
    n other than its current size is discounted by `restart_factor`: a resize pauses the job, so
    it must pay for its lost seconds — the pauses measured on the job's own resizes
    (`schedulearn.pauses`: far less for a job resized in place than for a checkpoint-restart),
-   else those its family's finished runs measured, `restart_cost` until one is measured.
+   else those its family's finished runs measured, `restart_cost` until one is measured — but
+   not for a job the admission resized already (its GPUs no longer fit beside the others'
+   minimums): it pays the restart whatever its new size, so every size counts in full (seen live:
+   a young job on 4 GPUs, shrunk for a newcomer, was cut to 1 and the newcomer given 3).
 3. *Idle GPUs*: where every job is admitted and GPUs are still left, they go first to the running
-   jobs resized this round anyway (young ones are shrunk to their minimum: the restart factor above
-   is 0 for every other size), as far as their speed-up rises; then they are lent to a running job
-   whose own reported progress says they save `hysteresis` times what the resize costs over the
-   loan — its time left on its GPUs, or until the next arrival is expected to take them back (the
-   `loan_window`'s arrivals) if sooner — × (1 − S(n)/S(m)). The age above is a stand-in for the
-   time left, and it kept a job alone on 4 GPUs with 11 minutes of work on one for 4.5 minutes
-   (seen live); with jobs queued, or arrivals every few minutes, it alone decides.
+   jobs resized this round anyway (a young one shrunk by the sizing lands on its minimum: the
+   restart factor above is 0 for every other size), as far as their speed-up rises; then they are
+   lent to a running job whose own reported progress says they save `hysteresis` times what the
+   resize costs over the loan — its time left on its GPUs, or until the next arrival is expected
+   to take them back (the `loan_window`'s arrivals) if sooner — × (1 − S(n)/S(m)). The age above
+   is a stand-in for the time left, and it kept a job alone on 4 GPUs with 11 minutes of work on
+   one for 4.5 minutes (seen live); with jobs queued, or arrivals every few minutes, it alone
+   decides.
 GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
 restart). Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it
 themselves when they start or resize (`job.batch_size = None`).
@@ -59,6 +63,7 @@ class Goodput(Policy):
         self._elastic, self._starve_at = True, NEVER  # for next_change, from the last round
         self._arrivals: list[float] = []  # submit times of the jobs seen, within `loan_window`
         self._newest = -1  # the highest job id seen
+        self._forced: set[int] = set()  # running jobs this round's admission resizes whatever else
 
     def schedule(self, ctx: RoundContext) -> list[Want]:
         now, left = ctx.now, ctx.capacity
@@ -70,6 +75,7 @@ class Goodput(Policy):
         self.arrived(ctx.jobs, now)
         size: dict[Job, int] = {}
         left = self.admit(ctx, order, size, per_node)  # 1. admission
+        self._forced = {j.id for j in size if j.state is JobState.running and j.size > size[j] + left}
         rank = self.ranks([j for j in order if j.spec.elastic], ctx)
         value = {job: self.values(job, ctx, per_node, rank[job.id]) for job in size if job.spec.elastic}
         heap: list[tuple[float, int, Job, int]] = []
@@ -207,7 +213,7 @@ class Goodput(Policy):
         if job.state is not JobState.running:
             return [w * s for s in cached[1]]
         family = ctx.pauses(job)
-        keep = self.restart_factor(job, now, family)
+        keep = 1.0 if job.id in self._forced else self.restart_factor(job, now, family)
         v = [w * s * (1.0 if n == job.size else keep) for n, s in enumerate(cached[1])]
         if self.ending(job, est, family):
             del v[job.size + 1:]  # more GPUs cannot pay for their restart before it ends

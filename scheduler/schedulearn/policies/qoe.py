@@ -41,7 +41,9 @@ than a job has and asked for if it would use them at under `least_efficiency` (h
 speed-up (the best-effort jobs would make more of them; such a job runs best effort); a
 planned deadline job gets what it needs and no more, the sizing sharing the rest among the others;
 and a given-up deadline job's value counts a tenth (`given_up_weight`) in that sizing — it runs on
-what the jobs that never had a deadline leave, its minimum after theirs in step 3 (measured on
+what the jobs that never had a deadline leave, its minimum after theirs in step 3; so does, for
+the round, one no size makes it for (its deadline passed, or past the tolerance: seen live, a job
+due in 30 s took 3 GPUs of 4 from a best-effort job at full weight) (measured on
 the mixed workloads at four phases and the tuning set: their average JCT 0.99-1.34x of what
 `goodput` gives them before, 0.84-1.21x after; docs/benchmarks.md).
 """
@@ -77,6 +79,7 @@ class QoE(Goodput):
         self._planned: dict[int, int] = {}  # with best-effort jobs: the GPUs planned, and no more
         self._beside = False  # whether this round has best-effort jobs
         self._timed = False  # whether this round had a job with a deadline
+        self._hopeless: set[int] = set()  # this round: deadline jobs no size makes it for
 
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
         now, left = ctx.now, ctx.capacity
@@ -92,7 +95,7 @@ class QoE(Goodput):
                 left -= job.spec.min_size
         self._dropped &= {j.id for j in order}
         self._timed = any(j.spec.deadline is not None for j in order)
-        self._planned = {}
+        self._planned, self._hopeless = {}, set()
         beside = self._beside = any(j.spec.deadline is None for j in order)  # best-effort jobs
         kept = self.kept(ctx, [j for j in order if j not in size and (
             j.spec.deadline is None or j.id in self._dropped)]) if beside else 0
@@ -103,6 +106,8 @@ class QoE(Goodput):
         room = share + (ctx.releasing if timed else 0)  # GPUs being released are back in seconds
         for job in timed:  # 2. deadlines, earliest first, while what they need fits before each
             n, secs = self.needs(job, ctx, per_node)
+            if not n:
+                self._hopeless.add(job.id)
             if n and beside and not self.efficient(job, ctx, n, per_node):
                 n = 0  # best-effort jobs would use those GPUs better
             if n:
@@ -150,7 +155,12 @@ class QoE(Goodput):
         """The order of step 3: beside best-effort jobs, the deadline jobs given up after all the
         others (they run on what the jobs that never had a deadline leave; one starving is still
         admitted first, in step 1)."""
-        return sorted(order, key=lambda j: j.id in self._dropped) if self._beside else order
+        return sorted(order, key=self.behind) if self._beside else order
+
+    def behind(self, job: Job) -> bool:
+        """Whether `job`, a deadline job given up or one no size makes it for this round (its
+        deadline passed, or past the tolerance), runs behind the best-effort jobs."""
+        return job.id in self._dropped or job.id in self._hopeless
 
     def kept(self, ctx: RoundContext, best_effort: list[Job]) -> int:
         """GPUs kept from the deadline stage for the minimums of `best_effort` (in order), at
@@ -193,7 +203,7 @@ class QoE(Goodput):
         n = self._planned.get(job.id)
         if n:
             return v[: n + 1]
-        if self._beside and job.id in self._dropped:
+        if self._beside and self.behind(job):
             return [self.given_up_weight * x for x in v]
         return v
 

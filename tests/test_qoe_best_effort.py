@@ -217,6 +217,32 @@ def test_a_deadline_job_no_size_makes_it_for_runs_behind_the_best_effort_jobs():
     assert all(j.state.value == "succeeded" for j in jobs.values())
 
 
+def test_a_late_job_the_admission_shrinks_keeps_its_restart_discount():
+    """`goodput` values a running job the admission resized anyway at its full speed-up (the
+    restart is paid whatever its new size); under `qoe`, not a deadline job behind the others.
+    On 8 GPUs: `due` (on 2, on track, hours old) and `late` (on 6, 10 s old, its deadline passed)
+    run; a rigid 4-GPU deadline job arrives. `late` is shrunk to its minimum and the GPU left
+    goes to `due`, which can still use it for its deadline (valued in full, `late` kept 2: on
+    workloads 1-4 at four phases, 19 fewer deadlines met of 2,560)."""
+    from schedulearn.model import JobState, virtual_cluster
+
+    due = Job(id=1, spec=JobSpec(command=["x"], gpus=2, min_gpus=1, max_gpus=8, deadline=6000.0,
+                                 batch_size=256), submit_time=-36_000.0, state=JobState.running)
+    due.alloc = {"vm": (0, 1)}
+    rec = {"batch_size": 256, "step_time": 0.2, "compute_time": 0.2, "num_gpus": 2}
+    ingest(due, [{**rec, "t": 50.0, "progress": 0.05}, {**rec, "t": 100.0, "progress": 0.1}])
+    late = Job(id=2, spec=JobSpec(command=["y"], gpus=6, min_gpus=1, max_gpus=8, deadline=95.0),
+               submit_time=90.0, state=JobState.running)
+    late.alloc = {"vm": (2, 3, 4, 5, 6, 7)}
+    new = Job(id=3, spec=JobSpec(gpus=4, duration=600.0, deadline=3100.0), submit_time=100.0)
+    ctx = RoundContext(100.0, virtual_cluster(1, 8), [new], {1: due, 2: late}, {1: due, 2: late, 3: new},
+                       {1: 2, 2: 6}, 8)
+    policy = QoE()
+    sizes = {j.id: n for j, n in policy.schedule(ctx)}
+    assert policy.behind(late) and not policy.behind(due)
+    assert sizes == {1: 3, 2: 1, 3: 4}, sizes
+
+
 @pytest.mark.parametrize("how", ["shrink", "stop"])
 def test_gpus_on_their_way_back_count_when_deadlines_are_planned(how):
     """Seen live (`qoe`, 4 virtual GPUs): a best-effort job on all 4 was shrunk to 1 for a

@@ -75,7 +75,7 @@ class Goodput(Policy):
         self.arrived(ctx.jobs, now)
         size: dict[Job, int] = {}
         left = self.admit(ctx, order, size, per_node)  # 1. admission
-        self._forced = {j.id for j in size if j.state is JobState.running and j.size > size[j] + left}
+        self._forced = {j.id for j in size if self.resized_anyway(j, size[j] + left)}
         rank = self.ranks([j for j in order if j.spec.elastic], ctx)
         value = {job: self.values(job, ctx, per_node, rank[job.id]) for job in size if job.spec.elastic}
         heap: list[tuple[float, int, Job, int]] = []
@@ -218,6 +218,12 @@ class Goodput(Policy):
         if self.ending(job, est, family):
             del v[job.size + 1:]  # more GPUs cannot pay for their restart before it ends
         return v
+
+    def resized_anyway(self, job: Job, most: int) -> bool:
+        """Whether the admission resized `job` already — running, it can have at most `most` GPUs,
+        fewer than it has: it pays the restart whatever its new size, so its values carry no
+        restart discount."""
+        return job.state is JobState.running and job.size > most
 
     def ending(self, job: Job, est: Estimate, family: dict[str, list[float]] | None = None) -> bool:
         """Whether the running job, by its own reported progress, ends on its GPUs within

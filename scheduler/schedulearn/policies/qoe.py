@@ -162,6 +162,13 @@ class QoE(Goodput):
         deadline passed, or past the tolerance), runs behind the best-effort jobs."""
         return job.id in self._dropped or job.id in self._hopeless
 
+    def resized_anyway(self, job: Job, most: int) -> bool:
+        """Goodput's, but a deadline job behind the others (given up, or no size makes it) keeps
+        its restart discount: shrunk, a young one lands on its minimum and its GPUs go to the jobs
+        that can still make their deadlines (valued in full, such jobs kept more: 19 fewer
+        deadlines met of 2,560 on workloads 1-4 at four phases, 6 on workload 3)."""
+        return super().resized_anyway(job, most) and not self.behind(job)
+
     def kept(self, ctx: RoundContext, best_effort: list[Job]) -> int:
         """GPUs kept from the deadline stage for the minimums of `best_effort` (in order), at
         most `be_share` of the cluster."""

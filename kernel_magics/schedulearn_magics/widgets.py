@@ -86,6 +86,9 @@ class JobWidget(w.VBox):
         self._line = views.short_line(job, position, now)
         self.elapsed = views.fmt_seconds(
             views.waited(job, now) if self.state == "queued" else views.ran(job, now))
+        if self.state in FINAL_STATES or by_you:  # nothing (more) to cancel: no button — hidden
+            self.cancel_button.disabled = True  # before the header says so (each is a message of
+            self.cancel_button.layout.display = "none"  # its own: never a final state beside it)
         colour = views._STATE_COLOURS.get(self.state, "inherit")
         shown, detail = self.state, views.status_detail(job, position, now)
         if by_you and self.state == "cancelled":
@@ -110,9 +113,6 @@ class JobWidget(w.VBox):
                 "align-self:stretch}</style>"
                 f"<pre style='margin:0;font-size:85%'>{html.escape(self.log_tail)}</pre>"
             )
-        if self.state in FINAL_STATES or by_you:  # nothing (more) to cancel: no button
-            self.cancel_button.disabled = True
-            self.cancel_button.layout.display = "none"
 
     #: the log's end read back at first (and when a job writes faster than the widget polls):
     #: enough for its last lines, never the whole log of a long run

@@ -239,7 +239,7 @@ def test_a_late_job_the_admission_shrinks_keeps_its_restart_discount():
                        {1: 2, 2: 6}, 8)
     policy = QoE()
     sizes = {j.id: n for j, n in policy.schedule(ctx)}
-    assert policy.behind(late) and not policy.behind(due)
+    assert policy.lost(late) and not policy.lost(due) and not policy.behind(late)
     assert sizes == {1: 3, 2: 1, 3: 4}, sizes
 
 

@@ -79,7 +79,7 @@ class QoE(Goodput):
         self._planned: dict[int, int] = {}  # with best-effort jobs: the GPUs planned, and no more
         self._beside = False  # whether this round has best-effort jobs
         self._timed = False  # whether this round had a job with a deadline
-        self._hopeless: set[int] = set()  # this round: deadline jobs no size makes it for
+        self._hopeless: set[int] = set()  # this round: waiting deadline jobs no size makes it for
 
     def admit(self, ctx: RoundContext, order: list[Job], size: dict[Job, int], per_node: int) -> int:
         now, left = ctx.now, ctx.capacity
@@ -106,7 +106,7 @@ class QoE(Goodput):
         room = share + (ctx.releasing if timed else 0)  # GPUs being released are back in seconds
         for job in timed:  # 2. deadlines, earliest first, while what they need fits before each
             n, secs = self.needs(job, ctx, per_node)
-            if not n:
+            if not n and job.state is JobState.queued:
                 self._hopeless.add(job.id)
             if n and beside and not self.efficient(job, ctx, n, per_node):
                 n = 0  # best-effort jobs would use those GPUs better
@@ -161,7 +161,7 @@ class QoE(Goodput):
         """Whether `job` runs behind the best-effort jobs: given up, or waiting and no size makes
         it for this round (a running one as before: counted too, 11 fewer deadlines met of 640 on
         the mixed workloads at two phases, the best-effort jobs' JCT unchanged)."""
-        return job.id in self._dropped or (job.id in self._hopeless and job.state is JobState.queued)
+        return job.id in self._dropped or job.id in self._hopeless
 
     def resized_anyway(self, job: Job, most: int) -> bool:
         """Goodput's, for a best-effort job only: a deadline job the admission shrinks keeps its

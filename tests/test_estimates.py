@@ -78,6 +78,29 @@ def test_fit_priors_where_the_data_cannot_tell():
     assert fit([]) is None
 
 
+def test_one_gpu_of_a_fixed_batch_job_extrapolates_to_a_linear_speed_up():
+    """A job whose batch does not grow with its GPUs only splits it: with one micro-batch size
+    seen, the prior takes all its compute time per sample (optimistic, as the unknown
+    synchronisation is), not half of it constant — which valued a second GPU at 1.33x, so a
+    fixed-batch job alone on idle GPUs was never grown to measure it (seen live)."""
+    fixed = fit([_obs(1, 1, 32)], batch_fixed=True)
+    t1 = float(fixed.step_time(1, 1, 32))
+    assert float(fixed.step_time(1, 2, 16)) == pytest.approx(t1 / 2, rel=1e-4)
+    assert float(fixed.step_time(1, 4, 8)) == pytest.approx(t1 / 4, rel=1e-4)
+    growing = fit([_obs(1, 1, 32)])  # a batch that grows: Pollux's even split, as before
+    assert float(growing.step_time(1, 2, 16)) == pytest.approx(0.75 * t1, rel=1e-4)
+    # the estimate picks the prior by the spec: a fixed batch doubles on two GPUs (the cap: 2)
+    for adaptive, s2 in ((False, 2.0), (True, 4 / 3)):
+        job = _job(batch_size=256, adaptive_batch=adaptive)
+        ingest(job, [_report(t, 1, 256) for t in range(1, 12)])
+        est = estimate(job, 12.0)
+        assert est.max_gpus == 2 and est.curve(2, 4)[2] == pytest.approx(s2, rel=0.02), adaptive
+    # two micro-batch sizes seen: the data decide, whatever the prior
+    two = [_obs(1, 1, 32), _obs(1, 2, 16)]
+    assert fit(two, batch_fixed=True).step_time(1, 4, 8) == pytest.approx(
+        float(fit(two).step_time(1, 4, 8)), rel=0.02)
+
+
 # -- the exploration cap ---------------------------------------------------------------------------
 def test_cap_is_twice_the_most_gpus_measured_or_what_the_spec_asks():
     job = _job(batch_size=64)

@@ -245,18 +245,23 @@ def test_a_job_seconds_from_its_end_is_not_grown(progress, grows):
     assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)
 
 
-@pytest.mark.parametrize("left_s, queued, grows", [(700.0, False, True), (60.0, False, False),
-                                                   (700.0, True, False)])
-def test_idle_gpus_go_to_a_young_job_whose_time_left_pays_for_the_resize(left_s, queued, grows):
+@pytest.mark.parametrize("left_s, queued, adaptive, grows", [
+    (700.0, False, False, True), (60.0, False, False, False), (700.0, True, False, False),
+    (300.0, False, False, True), (300.0, False, True, False)])
+def test_idle_gpus_go_to_a_young_job_whose_time_left_pays_for_the_resize(left_s, queued, adaptive, grows):
     """Seen live (qoe, 4 virtual GPUs): a best-effort torchrun job reporting 11 minutes left on 1
     GPU stayed there 4.5 minutes while 1-3 GPUs stood idle: at 60 s old, the age rule prices a
     30-s restart at 0.4 of its value. Idle GPUs (nobody waiting) go to a running job whose own
     progress says the time they save pays `hysteresis` times the restart; with a job waiting for
-    GPUs, or a minute left, it is left alone."""
+    GPUs, or a minute left, it is left alone. With 5 minutes left it depends on the speed-up
+    believed for a second GPU: a fixed batch split in two, half the time (150 s saved: it grows;
+    seen live, a Horovod job with 4 minutes left on 1 GPU of 4 idle stayed there when the prior
+    said 1.33x); a batch that may grow with the GPUs, Pollux's prior for it, 1.33x (75 s)."""
     from schedulearn.estimates import ingest
 
     engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor())
-    job = engine.submit(JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256), now=0.0)
+    spec = JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256, adaptive_batch=adaptive)
+    job = engine.submit(spec, now=0.0)
     engine.round(0.0)
     assert job.size == 1
     if queued:  # rigid, needs all four: it waits for the running job whatever its size

@@ -292,7 +292,7 @@ def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> 
         pairs = {o[:2] for o in obs}
         if pairs <= {o[:2] for o in old_obs} and len(obs) < 1.25 * len(old_obs) and now - when < REFIT_AFTER:
             return perf
-    perf = fit(obs, start=cached[1] if cached is not None else None)
+    perf = fit(obs, start=cached[1] if cached is not None else None, batch_fixed=not job.spec.adaptive_batch)
     job.extra[slot] = (obs, perf, now)
     return perf
 

@@ -14,11 +14,15 @@ accumulation steps a, the optimiser step time, and (optionally) the time of one 
 without synchronisation (`compute_time`). The fit minimises the squared log errors (plus
 Pollux's two small regularisers) with the parameters kept positive, and adopts Pollux's priors
 where the data cannot tell: one micro-batch size seen -> compute time split evenly between its
-constant and linear parts; no multi-node run seen -> network costs at least 1.1x the on-node
-ones; no run on one node with several GPUs -> the on-node costs left at ~0; never more than 2
-GPUs -> no growth with the GPU count. With one GPU only, synchronisation is unknown and the model
-is optimistic (linear speed-up): the exploration cap (`estimates.job`) bounds how far that is
-believed.
+constant and linear parts (optimistic for a job whose batch grows with its GPUs: a larger
+micro-batch costs less per sample), all of it per sample for a job whose batch is fixed
+(`fit(batch_fixed=True)`: more GPUs only shrink its micro-batch, and the even split valued its
+second GPU at 1.33x — seen live: a fixed-batch job alone on 4 GPUs was never grown, and a
+deadline job read `will miss` until it had measured 2 GPUs, then `on track`); no multi-node
+run seen -> network costs at least 1.1x the on-node ones; no run on one node with several GPUs
+-> the on-node costs left at ~0; never more than 2 GPUs -> no growth with the GPU count. With
+one GPU only, synchronisation is unknown and the model is optimistic (a fixed batch: linear
+speed-up): the exploration cap (`estimates.job`) bounds how far that is believed.
 
 scipy is not a dependency: `fit` is a small Levenberg-Marquardt over log-parameters. Its linear
 algebra is numpy's elementwise arithmetic and sums and a Cholesky solve in Python floats, never
@@ -80,8 +84,11 @@ Observation = tuple[int, int, float, int, float, "float | None"]
 _NAMES = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r")
 
 
-def fit(obs: Sequence[Observation], start: PerfParams | None = None) -> PerfParams | None:
-    """Fit `PerfParams` to the observations (None when there are none)."""
+def fit(obs: Sequence[Observation], start: PerfParams | None = None,
+        batch_fixed: bool = False) -> PerfParams | None:
+    """Fit `PerfParams` to the observations (None when there are none). `batch_fixed`: the job's
+    global batch does not grow with its GPUs (its micro-batch only shrinks as it grows), which
+    sets the prior where one micro-batch size was seen."""
     obs = [o for o in obs if o[1] >= 1 and o[2] > 0 and o[4] > 0]
     if not obs:
         return None
@@ -103,7 +110,10 @@ def fit(obs: Sequence[Observation], start: PerfParams | None = None) -> PerfPara
     if start is not None:
         init = [max(getattr(start, n), _TINY) for n in _NAMES]
     fixed: dict[int, float] = {}
-    if len(np.unique(m)) == 1:  # one micro-batch size: split the compute time evenly
+    if len(np.unique(m)) == 1 and batch_fixed:  # one micro-batch size, to be split: all of it
+        fixed[0] = _TINY * mean_c  # per sample (optimistic: half the batch, half the time)
+        fixed[1] = mean_c / float(m[0])
+    elif len(np.unique(m)) == 1:  # one micro-batch size, larger ones ahead: split it evenly
         fixed[0] = mean_c / 2
         fixed[1] = mean_c / 2 / float(m[0])
     if not np.any(k > 1):

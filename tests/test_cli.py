@@ -246,6 +246,18 @@ def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     assert (p.returncode, p.stderr) == (1, "schedulearn: min_gpus: must be <= max_gpus (2), got 3\n")
     p = cli("submit", *nowhere, "--gpus", "AUTO", "--", "true")  # valid: it gets as far as the server
     assert p.returncode == 1 and "cannot reach" in p.stderr, p.stderr
+    # --resize, as the magic's: in place needs a launcher that can (the model's one line)
+    p = cli("submit", *nowhere, "--gpus", "auto", "--resize", "in-place", "--", "true")
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("schedulearn: resize: 'in-place' needs the horovod or torchrun launcher")
+    p = cli("submit", *nowhere, "--gpus", "auto", "--resize", "in-place", "--launcher", "horovod", "--", "t")
+    assert p.returncode == 1 and "cannot reach" in p.stderr, p.stderr
+    p = cli("submit", *nowhere, "--resize", "sideways", "--", "true")
+    assert p.returncode == 2 and "argument --resize: invalid choice: 'sideways'" in p.stderr
+    from schedulearn.cli import build_parser
+    from schedulearn.client_cli import build_spec
+    args = build_parser().parse_args(["submit", "--launcher", "torchrun", "--resize", "in-place", "--", "t"])
+    assert build_spec(args)["resize"] == "in-place"  # what is sent
 
 
 def test_submit_refuses_arguments_that_a_script_would_never_get(tmp_path):

@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--launcher", choices=LAUNCHERS, default=None,
                    help="how the command starts: python (one process; the default), torchrun or horovod "
                         "(one process per GPU)")
+    p.add_argument("--resize", choices=("restart", "in-place"), default=None,
+                   help="how an elastic job is resized: restart (checkpoint-restart, the default) or "
+                        "in-place (Horovod Elastic or torchrun elastic agents; see docs/resize.md)")
     p.add_argument("--image", help="Docker image (docker executor)")
     p.add_argument("--priority", type=int, default=None,
                    help="job priority (higher first, for policies that use it; default 0)")
@@ -192,7 +195,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:
         spec["gpus"] = gpus_from_text(args.gpus)
-    for key in ("name", "min_gpus", "max_gpus", "launcher", "image", "priority", "epochs"):
+    for key in ("name", "min_gpus", "max_gpus", "launcher", "resize", "image", "priority", "epochs"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value

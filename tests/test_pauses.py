@@ -37,6 +37,22 @@ def test_restart_pause_waits_for_the_new_run():
     assert pauses.measure(mark, recs)["pause_s"] == pytest.approx(14.8)
 
 
+def test_a_report_of_several_steps_ended_its_first_that_many_steps_earlier():
+    """`elastic.Monitor` reports every few seconds: the first report after a restart covers
+    `timed_steps` steps, the first of which ended (n - 1) step times before it (seen live: 17
+    steps of 0.6 s, a pause read 24.3 s for some 14.7 s)."""
+    mark = pauses.pending(10.0, 1, 2, 1, False)
+    before = {"t": 9.0, "step_time": 1.2, "num_gpus": 1, "restart": 0, "timed_steps": 8}
+    after = {"t": 33.3, "step_time": 0.6, "num_gpus": 2, "restart": 1, "timed_steps": 17}
+    got = pauses.measure(mark, [before, after])
+    assert got["pause_s"] == pytest.approx(33.3 - 16 * 0.6 - 9.0)
+    assert got["first_step_t"] == pytest.approx(23.7)
+    for odd in (1, 0, None, True, float("nan"), "17"):  # one step, or nothing to go by: its own time
+        assert pauses.measure(mark, [before, {**after, "timed_steps": odd}])["pause_s"] == pytest.approx(24.3)
+    many = {**after, "timed_steps": 1000}  # never before the last step before it
+    assert pauses.measure(mark, [before, many])["pause_s"] == 0.0
+
+
 def test_price_is_the_median_of_the_kind_the_next_resize_will_be():
     spec = JobSpec(command=["x"], launcher="horovod", gpus="auto", resize="in-place")
     job = Job(id=1, spec=spec, submit_time=0.0)

@@ -8,8 +8,10 @@ before every round; `measure` finds the first report of the new configuration af
 (the new run number after a checkpoint-restart, the new GPU count after a resize in place) and
 the report just before it, the last step at the old one. The pause is the time between the
 two: from the end of the last step before the resize to the end of the first step after it (so
-it holds one step at the new size, on both sides of a comparison). The engine keeps the last
-`KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and records a `resize_pause` event.
+it holds one step at the new size, on both sides of a comparison; a report covering several
+steps, `timed_steps`, ended its first one that many less one step times before its own time).
+The engine keeps the last `KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and records
+a `resize_pause` event.
 
 `price(job, default, family)` is the cost in seconds a policy charges for the job's next resize:
 the median of its measured pauses of the kind its next resize will be (in place once it — or a
@@ -70,10 +72,23 @@ def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]]) -> dict[str
         if t > mark["t"] and _after(rec, mark):
             if before is None:
                 return None
+            t = max(_first_step_end(rec, t), before["t"])
             return {"pause_s": round(t - before["t"], 3), "in_place": bool(mark["in_place"]),
                     "from": mark["from"], "to": mark["to"], "last_step_t": before["t"], "first_step_t": t}
         before = rec
     return None
+
+
+def _first_step_end(rec: dict[str, Any], t: float) -> float:
+    """When the first of the steps a report covers ended: a report of `timed_steps` steps
+    (`elastic.Monitor` writes one every few seconds) ends the last of them at `t`, one
+    `step_time` apart (seen live: a torchrun job's first report after a restart covered 17 steps,
+    and the pause read 24 s for some 14)."""
+    n, step = rec.get("timed_steps"), rec.get("step_time")
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not isinstance(step, (int, float)) \
+            or not (math.isfinite(n) and math.isfinite(step)) or n <= 1 or step <= 0:
+        return t
+    return t - (n - 1) * step
 
 
 def _kind(in_place: bool) -> str:

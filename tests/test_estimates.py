@@ -95,6 +95,10 @@ def test_one_gpu_of_a_fixed_batch_job_extrapolates_to_a_linear_speed_up():
         ingest(job, [_report(t, 1, 256) for t in range(1, 12)])
         est = estimate(job, 12.0)
         assert est.max_gpus == 2 and est.curve(2, 4)[2] == pytest.approx(s2, rel=0.02), adaptive
+    # a job that adapts its own batch (elastic.Monitor) says so by its largest batch
+    own = _job(batch_size=256)
+    ingest(own, [_report(t, 1, 256, max_batch_size=1024) for t in range(1, 12)])
+    assert estimate(own, 12.0).curve(2, 4)[2] == pytest.approx(4 / 3, rel=0.02)
     # two micro-batch sizes seen: the data decide, whatever the prior
     two = [_obs(1, 1, 32), _obs(1, 2, 16)]
     assert fit(two, batch_fixed=True).step_time(1, 4, 8) == pytest.approx(

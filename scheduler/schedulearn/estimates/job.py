@@ -292,9 +292,17 @@ def _perf(job: Job, st: dict[str, Any], prior: Any = None, now: float = 0.0) -> 
         pairs = {o[:2] for o in obs}
         if pairs <= {o[:2] for o in old_obs} and len(obs) < 1.25 * len(old_obs) and now - when < REFIT_AFTER:
             return perf
-    perf = fit(obs, start=cached[1] if cached is not None else None, batch_fixed=not job.spec.adaptive_batch)
+    perf = fit(obs, start=cached[1] if cached is not None else None, batch_fixed=not _batch_grows(job, st))
     job.extra[slot] = (obs, perf, now)
     return perf
+
+
+def _batch_grows(job: Job, st: dict[str, Any]) -> bool:
+    """Whether the job's batch may grow with its GPUs: the spec lets the scheduler pick it
+    (`adaptive_batch`), or the job reports a largest batch above its own (an `elastic.Monitor`
+    that adapts it itself)."""
+    top, batch = st.get("max_batch_size"), st.get("batch_size") or job.spec.batch_size
+    return bool(job.spec.adaptive_batch) or (top is not None and batch is not None and top > batch)
 
 
 def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = None) -> float:

@@ -301,7 +301,8 @@ class Monitor:
     bounds, progress (`step(progress=)`, `step(epoch=)` with `epochs`, or `total_steps`).
 
     `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
-    scheduler's own) on its reports and takes the global batch size in [batch_size,
+    scheduler's own) on its reports (under the scheduler, those of its earlier runs too: the
+    job directory's `metrics.jsonl`) and takes the global batch size in [batch_size,
     max_batch_size] with the most goodput on its current GPUs (rank 0 decides, all ranks follow);
     the learning rate follows `lr_scaling`: `adascale` (x the measured gain (var+sqr)/(var/s+sqr),
     s = B/B0: AdaScale, as Pollux), `sqrt` (x sqrt(B/B0)), `linear` (x B/B0) or `none`. With a
@@ -349,7 +350,7 @@ class Monitor:
         self._micro_times: list[float] = []
         self._times: list[float] = []
         self._measure_started: float | None = None
-        self._est_job = None
+        self._est_job = self._estimator() if adaptive and self.rank == 0 else None
         self.batch_size = int(self.state["batch_size"])
         self._configure()
 
@@ -494,9 +495,10 @@ class Monitor:
 
     def _report(self, final: bool = False) -> None:
         st = self.state
-        rec: dict[str, Any] = {"batch_size": self.batch_size, "accum_steps": self.accum_steps,
-                               "init_batch_size": self.init_batch, "max_batch_size": self.max_batch,
-                               "max_local_bsz": self.max_local, "progress": st["progress"],
+        rec: dict[str, Any] = {"t": time.time(), "batch_size": self.batch_size,
+                               "accum_steps": self.accum_steps, "init_batch_size": self.init_batch,
+                               "max_batch_size": self.max_batch, "max_local_bsz": self.max_local,
+                               "progress": st["progress"],
                                "step": st["steps"]}
         if self._times:
             rec["step_time"] = sum(self._times) / len(self._times)
@@ -513,17 +515,29 @@ class Monitor:
             self._adapt(rec)
         self._times, self._micro_times = [], []
 
+    def _estimator(self) -> Any:
+        """The job as the estimator knows it, for rank 0's batch-size choice: under the scheduler
+        seeded with the reports the job wrote before this process started (its earlier runs; for
+        a torchrun job resized in place, this run's too, its workers restarted). Fed only its
+        own first reports at a new size, a restarted worker fitted its step time to two of them
+        and picked its batch from their noise (seen live: 4 GPUs, batch 134 then 143, then 16 —
+        its initial size, under a third of the goodput — then 204; its earlier reports say 204)."""
+        from .estimates import ingest, load_reports
+        from .model import Job, JobSpec
+
+        spec = JobSpec(command=["monitor"], batch_size=self.init_batch, adaptive_batch=True)
+        job = Job(id=0, spec=spec, submit_time=0.0)
+        if os.environ.get("SCHEDULEARN_JOB_DIR"):  # outside the scheduler a file there is not this job's
+            ingest(job, load_reports(job_dir() / METRICS_FILE))
+        return job
+
     def _adapt(self, rec: dict[str, Any]) -> None:
         """Rank 0 picks the batch size with the most goodput on this placement; all follow."""
         choice = 0
         if self.rank == 0:
             from .estimates import estimate, ingest, packed_shape
-            from .model import Job, JobSpec
 
-            if self._est_job is None:
-                spec = JobSpec(command=["monitor"], batch_size=self.init_batch, adaptive_batch=True)
-                self._est_job = Job(id=0, spec=spec, submit_time=0.0)
-            ingest(self._est_job, [{**rec, "t": time.time(), "num_gpus": self.world,
+            ingest(self._est_job, [{**rec, "num_gpus": self.world,
                                     "num_nodes": self.nodes, "restart": restart_count()}])
             shape = packed_shape(self.world, -(-self.world // self.nodes))
             self._est_job.batch_size = None

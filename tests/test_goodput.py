@@ -4,6 +4,7 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schedulearn import pauses
 from schedulearn.engine import Engine
 from schedulearn.estimates import estimate
 from schedulearn.model import Job, JobSpec, parse_cluster
@@ -272,6 +273,33 @@ def test_idle_gpus_go_to_a_young_job_whose_time_left_pays_for_the_resize(left_s,
     engine.wake()
     engine.round(60.0)
     assert job.size == (2 if grows else 1) and job.restarts == (1 if grows else 0)
+
+
+@pytest.mark.parametrize("resize, grows", [("in-place", True), ("restart", False)])
+def test_a_first_resize_in_place_is_priced_below_a_restart(resize, grows):
+    """Seen live: a torchrun `--gpus auto --resize in-place` job with two minutes of work left,
+    alone on 4 GPUs, stayed on 1 for 88 s: its first resize, measured by neither the job nor its
+    family, was priced as a 30-s checkpoint-restart, which two minutes at a speed-up of 1.33 do
+    not pay three times over (it then paused 5 s). Priced at `pauses.IN_PLACE_PRIOR` of it, the
+    idle GPUs are lent; a job restarted to resize still waits."""
+    from schedulearn.estimates import ingest
+
+    engine = Engine(parse_cluster("1x4"), "goodput", SimExecutor(in_place_penalty=1.0))
+    spec = JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256, adaptive_batch=True,
+                   launcher="torchrun", resize=resize)
+    job = engine.submit(spec, now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+    rec = {"batch_size": 256, "step_time": 1.2, "compute_time": 1.2, "num_gpus": 1, "timed_steps": 8}
+    ingest(job, [{**rec, "t": t, "progress": t / 140.0} for t in range(10, 21, 5)])
+    assert estimate(job, 20.0).remaining_s((1,)) == pytest.approx(120.0, rel=0.01)
+    assert pauses.price(job, 30.0) == (9.0 if grows else 30.0)
+    engine.wake()
+    engine.round(20.0)
+    if grows:  # resized in place, not restarted
+        assert job.size > 1 and job.restarts == 0 and job.extra[pauses.IN_PLACE_KEY] == 1
+    else:
+        assert job.size == 1
 
 
 def test_a_job_shrunk_anyway_keeps_the_gpus_nobody_else_takes():

@@ -9,7 +9,7 @@ import pytest
 from schedulearn import pauses
 from schedulearn.engine import Engine
 from schedulearn.executors.local import LocalExecutor
-from schedulearn.model import Job, JobSpec, SpecError, virtual_cluster
+from schedulearn.model import Job, JobSpec, JobState, SpecError, virtual_cluster
 from schedulearn.policies.goodput import Goodput
 from schedulearn.sim.executor import SimExecutor
 from schedulearn.store.sql import SqlStore
@@ -89,6 +89,25 @@ def test_a_job_not_measured_yet_is_priced_at_its_familys_pauses():
     assert pauses.spent(job, 30.0, family) == 13.0 + 2 * 0.5
     pauses.record(job, {"pause_s": 2.0, "in_place": True})
     assert pauses.price(job, 30.0, family) == 2.0 and pauses.spent(job, 30.0, family) == 13.0 + 2 * 2.0
+
+
+def test_a_running_job_asking_for_in_place_with_nothing_measured_is_priced_below_a_restart():
+    """Its first resize is likely in place (the executor decides): `IN_PLACE_PRIOR` of the
+    default. Not its start (queued), nor where it or its family measured a pause of either kind
+    (a restart measured says the executor restarts it), nor a job that does not ask."""
+    spec = JobSpec(command=["x"], launcher="torchrun", gpus="auto", resize="in-place")
+    job = Job(id=4, spec=spec, submit_time=0.0)
+    assert pauses.price(job, 30.0) == 30.0  # queued: its next start is a start
+    job.state = JobState.running
+    assert pauses.price(job, 30.0) == pauses.price(job, 30.0, {}) == 9.0
+    assert pauses.price(job, 30.0, {"restart": [12.0]}) == 12.0
+    assert pauses.price(job, 30.0, {"in_place": [0.5]}) == 0.5
+    plain = Job(id=5, spec=JobSpec(command=["x"], launcher="torchrun", gpus="auto"), submit_time=0.0)
+    plain.state = JobState.running
+    assert pauses.price(plain, 30.0) == 30.0
+    job.restarts = 1
+    pauses.record(job, {"pause_s": 14.0, "in_place": False})  # the executor restarted it
+    assert pauses.price(job, 30.0) == 14.0
 
 
 def test_goodput_restart_factor_uses_measured_pauses():

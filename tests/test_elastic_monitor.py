@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,15 @@ def _run(argv: list[str], tmp_path: Path, **env: object) -> dict:
     assert p.returncode == 0, out[-3000:] + err[-3000:]
     lines = [line[line.index("{"):] for line in out.splitlines() if "{" in line]
     return json.loads(lines[-1])
+
+
+def _read(path: Path) -> list[dict]:
+    """The complete lines of a metrics.jsonl being written."""
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.endswith("\n")]
 
 
 def _reports(job_dir: Path) -> list[dict]:
@@ -113,6 +123,66 @@ def test_statistics_from_horovod_replicas(tmp_path):
     out = _run(argv, tmp_path, STEPS=800, B0=16)
     assert (out["world"], out["micro_batch"]) == (2, 8)
     _check_stats(out)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
+    """Horovod Elastic grows a running job 1 -> 2 workers (a host-discovery script, as the local
+    executor runs it): rank 0 keeps its process and its Monitor, the worker that joins starts a
+    new one. At their first use after the resize both take rank 0's state and the new world's
+    share of the batch, step after step the same on both ranks; before, rank 0 went on with the
+    whole batch while the new worker took half, and the job hung at its next all-reduce (seen
+    live under `--gpus auto --resize in-place`). With `adaptive` the ranks pick their batch size
+    together."""
+    require(_has("horovod.torch") and shutil.which("horovodrun", path=str(BIN)),
+            "horovod is not installed (scripts/setup.sh builds it)")
+    hosts, disc = tmp_path / "hosts", tmp_path / "discover.sh"
+    hosts.write_text("localhost:1\n")
+    disc.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    disc.chmod(0o755)
+    argv = [str(BIN / "horovodrun"), "-np", "1", "--min-np", "1", "--max-np", "2", "--host-discovery-script",
+            str(disc), "--gloo", "--network-interface", "lo", sys.executable, RUNNER,
+            str(ROOT / "tests" / "jobs" / "gns_hvd_elastic.py")]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT}",
+           "SCHEDULEARN_JOB_DIR": str(tmp_path), "STEPS": "250", "STEP_SLEEP": "0.1", "B0": "16",
+           "MAXB": "256" if adaptive else "16", **({"ADAPTIVE": "1"} if adaptive else {})}
+    p = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(r.get("step", 0) >= 20 for r in _read(tmp_path / "metrics.jsonl")):
+            assert p.poll() is None and time.monotonic() < deadline, "the job did not train on 1 worker"
+            time.sleep(0.2)
+        hosts.write_text("localhost:2\n")  # Horovod adds a worker in place
+        out, _ = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        try:
+            out, _ = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        raise AssertionError(f"the job hung after the resize:\n{out[-3000:]}") from None
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, out[-3000:]
+    rows = [tuple(int(v) for v in m.groups()) for m in re.finditer(
+        r"rank (\d) step (\d+) world (\d) monitor (\d) micro (\d+) accum (\d+) batch (\d+)", out)]
+    both = {}
+    for rank, step, world, monitor, micro, accum, batch in rows:
+        assert monitor == world and micro * (accum + 1) * world >= batch, (rank, step, world, monitor, micro)
+        both.setdefault(step, {})[rank] = (world, micro, accum, batch)
+    grown = sorted(s for s, r in both.items() if len(r) == 2)
+    assert len(grown) >= 50, out[-3000:]  # trained on 2 workers
+    assert all(both[s][0] == both[s][1] for s in grown)  # the same batch and share on both ranks
+    assert max(both) == 250 and both[250][0][0] == 2
+    reports = _reports(tmp_path)
+    assert {r["num_gpus"] for r in reports} == {1, 2} and reports[-1]["progress"] == 1
+    assert all(r["grad_var"] > 0 for r in reports if r["num_gpus"] == 2)
+    if adaptive:
+        assert len({both[s][0][3] for s in grown}) > 1  # chosen (again) on 2 workers
 
 
 def test_adaptive_batch_across_a_resize_keeps_converging(tmp_path):

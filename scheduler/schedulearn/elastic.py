@@ -352,6 +352,9 @@ class Monitor:
         self._measure_started: float | None = None
         self._est_job = self._estimator() if adaptive and self.rank == 0 else None
         self.batch_size = int(self.state["batch_size"])
+        # Horovod Elastic: the ranks agree on the state at the first use (`_follow`)
+        self._hvd_elastic = "horovod.torch" in sys.modules and os.environ.get("HOROVOD_ELASTIC") == "1"
+        self._synced: tuple[int, int] | None = None
         self._configure()
 
     # -- what the training loop reads ------------------------------------------------------
@@ -363,13 +366,52 @@ class Monitor:
     def steps(self) -> int:
         return int(self.state["steps"])
 
+    @property
+    def accum_steps(self) -> int:
+        """Micro-steps to accumulate before each optimiser step, beyond the first."""
+        self._follow()
+        return self._accum
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples of one micro-step on this process."""
+        self._follow()
+        return self._micro_batch
+
+    def _follow(self) -> None:
+        """Under Horovod Elastic a resize in place changes the world under running processes: at
+        the first use of the Monitor after one, every rank (a worker that joined too) takes rank
+        0's state — batch size, steps, statistics — and the new world's share of the batch (each
+        had kept its own: seen live, rank 0 went on with the whole batch of 16 while the worker
+        added took 8, and the job hung at its next step on an all-reduce rank 0 never joined)."""
+        if not self._hvd_elastic:
+            return
+        hvd = sys.modules["horovod.torch"]
+        now = (int(hvd.rank()), int(hvd.size()))
+        if now == self._synced:
+            return
+        self.state = hvd.broadcast_object(self.state, root_rank=0, name="schedulearn.monitor")
+        if self.ckpt is not None:
+            self.ckpt.extra["schedulearn.monitor"] = self.state
+        self.rank, self.world = now
+        self.nodes = max(-(-self.world // max(int(hvd.local_size()), 1)), 1)
+        self.batch_size = int(self.state["batch_size"])
+        self._base_lr = list(self.state["base_lr"])
+        self._local_sq, self._micro, self._prev = [], 0, None
+        self._micro_times, self._times = [], []
+        self._mark = self._measure_started = None
+        if self.adaptive and self.rank == 0 and self._est_job is None:
+            self._est_job = self._estimator()  # (a new rank 0)
+        self._synced = now
+        self._configure()
+
     def _configure(self) -> None:
         local = -(-self.batch_size // self.world)
         a = -(-local // self.max_local) - 1
         if self.world == 1 and self.batch_size > self.init_batch:
             a = max(a, 1)  # two micro-batches: the gradient noise needs a pair
-        self.accum_steps = max(a, 0)
-        self.micro_batch = max(-(-local // (self.accum_steps + 1)), 1)
+        self._accum = max(a, 0)
+        self._micro_batch = max(-(-local // (self._accum + 1)), 1)
         self._apply_lr()
 
     def _gain(self, batch: int) -> float:
@@ -393,8 +435,9 @@ class Monitor:
 
     def backward(self, loss: Any) -> None:
         """Backward of one micro-batch's mean loss; the gradient is synchronised on the last."""
-        last = self._micro >= self.accum_steps
-        scaled = loss / (self.accum_steps + 1)
+        self._follow()
+        last = self._micro >= self._accum
+        scaled = loss / (self._accum + 1)
         no_sync = getattr(self.model, "no_sync", None)
         if not last and no_sync is not None:
             with no_sync():
@@ -421,7 +464,7 @@ class Monitor:
         flat = None
         n_local = self._micro
         parts = torch.stack(self._local_sq).sum() if self._local_sq else torch.zeros(())
-        local_sq = float(parts) * (self.accum_steps + 1) ** 2  # undo the 1/(a+1) loss scaling
+        local_sq = float(parts) * (self._accum + 1) ** 2  # undo the 1/(a+1) loss scaling
         if self.world == 1 and n_local == 1:  # one gradient a step: pair it with the previous one
             flat = torch.cat([p.grad.detach().double().flatten() for p in self._params if p.grad is not None])
         if self._hvd:
@@ -476,7 +519,7 @@ class Monitor:
     def _noise(self, small: float, big: float, n: int, flat: Any) -> None:
         """Fold one step's |g_i|^2 mean (`small`, micro-batches of `micro_batch` samples, n of
         them) and |G|^2 (`big`) into the smoothed statistics."""
-        m = float(self.micro_batch)
+        m = float(self._micro_batch)
         if n < 2:
             if flat is None or self._prev is None or self._prev.shape != flat.shape:
                 self._prev = flat
@@ -496,7 +539,7 @@ class Monitor:
     def _report(self, final: bool = False) -> None:
         st = self.state
         rec: dict[str, Any] = {"t": time.time(), "batch_size": self.batch_size,
-                               "accum_steps": self.accum_steps, "init_batch_size": self.init_batch,
+                               "accum_steps": self._accum, "init_batch_size": self.init_batch,
                                "max_batch_size": self.max_batch, "max_local_bsz": self.max_local,
                                "progress": st["progress"],
                                "step": st["steps"]}

@@ -205,6 +205,13 @@ def test_work_left_from_progress_and_the_observed_rate():
     ratio = est.goodput((2,)) / est.goodput((1,))
     assert est.remaining_s((1,)) == pytest.approx(left * ratio, rel=1e-6)
     assert est.total_s1() == pytest.approx(2000 * ratio, rel=1e-6)
+    # what users see, counted from the last report; past its end and silent since (a job hung
+    # after it, seen live at 5 %, showed `~0s left` for good): nothing to tell
+    job.state, job.alloc, job.since = JobState.running, {"n": (0, 1)}, 100.0
+    assert summary(job, 280.0 + left - 10)["eta_s"] == pytest.approx(10.0, abs=0.1)
+    assert summary(job, 280.0 + left + 30)["eta_s"] == 0.0
+    out = summary(job, 280.0 + left + 61)
+    assert "eta_s" not in out and "eta_basis" not in out and out["progress"] == pytest.approx(0.14)
 
 
 def test_progress_across_a_restart_is_not_a_rate():

@@ -318,6 +318,11 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
     return had + UNKNOWN_WORK_S
 
 
+#: seconds past its estimated end, with no report since, after which a job's time left is not
+#: shown (`summary`): it is stuck, or its reports stopped, and 0 would be a promise that never ends
+OVERDUE_S = 60.0
+
+
 def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
             per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """`_summary`, less any figure that is not finite (with the basis of a dropped `eta_s`).
@@ -336,7 +341,8 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
 def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
              per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
-    runs, `eta_s` (seconds left on the GPUs it has, counted from its last report) with
+    runs, `eta_s` (seconds left on the GPUs it has, counted from its last report; none once that
+    is `OVERDUE_S` past with no report since) with
     `eta_basis`: `progress` (its reported progress and rate; after its first report, before
     there is a rate, the pace of its run so far) or `history` (the predicted work of
     similar finished jobs, less its service; none once it has run longer than they took, rather
@@ -362,8 +368,9 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     if left is not None:
         last = st.get("last")
         since = now - last[0] if last is not None and now >= last[0] else 0.0
-        out["eta_s"] = round(max(left - since, 0.0), 1)
-        out["eta_basis"] = "progress"
+        if left - since > -OVERDUE_S:  # else past its estimated end and silent since: no time
+            out["eta_s"] = round(max(left - since, 0.0), 1)  # left to tell (a job hung at 5 %
+            out["eta_basis"] = "progress"  # counted down to `~0s left` and stayed there)
         return out
     predicted = history.predict(job, similar=True) if history is not None else None
     if predicted is not None and (work := predicted - job.attained(now)) > 0:  # past it: no honest

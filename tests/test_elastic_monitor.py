@@ -125,15 +125,31 @@ def test_statistics_from_horovod_replicas(tmp_path):
     _check_stats(out)
 
 
+def test_horovod_replicas_accumulating_micro_batches(tmp_path):
+    """B = 32, micro-batches of at most 8, 2 Horovod workers: two backward passes a step. Horovod's
+    optimizer all-reduces once per `backward_passes_per_step` passes and refuses more; the
+    Monitor sets it (an adaptive job on one GPU under Horovod Elastic accumulating two
+    micro-batches failed live: "Gradients were computed more than backward_passes_per_step
+    times")."""
+    require(_has("horovod.torch") and shutil.which("horovodrun", path=str(BIN)),
+            "horovod is not installed (scripts/setup.sh builds it)")
+    argv = [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", "--network-interface", "lo",
+            sys.executable, RUNNER, str(JOB)]
+    out = _run(argv, tmp_path, STEPS=800, B0=32, MAXLOCAL=8)
+    assert (out["world"], out["accum_steps"], out["micro_batch"]) == (2, 1, 8)
+    _check_stats(out)
+
+
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
-    """Horovod Elastic grows a running job 1 -> 2 workers (a host-discovery script, as the local
-    executor runs it): rank 0 keeps its process and its Monitor, the worker that joins starts a
-    new one. At their first use after the resize both take rank 0's state and the new world's
-    share of the batch, step after step the same on both ranks; before, rank 0 went on with the
-    whole batch while the new worker took half, and the job hung at its next all-reduce (seen
-    live under `--gpus auto --resize in-place`). With `adaptive` the ranks pick their batch size
-    together."""
+    """Horovod Elastic grows a running job 1 -> 2 workers, then shrinks it back (a host-discovery
+    script, as the local executor runs it): rank 0 keeps its process and its Monitor, the worker
+    that joins starts a new one. At their first use after the resize both take rank 0's state
+    and the new world's share of the batch, step after step the same on both ranks; before, rank
+    0 went on with the whole batch while the new worker took half, and the job hung at its next
+    all-reduce (seen live under `--gpus auto --resize in-place`). With `adaptive` the ranks pick
+    their batch size together (alone again, rank 0 accumulates two micro-batches a step where its
+    batch grew: `test_horovod_replicas_accumulating_micro_batches`)."""
     require(_has("horovod.torch") and shutil.which("horovodrun", path=str(BIN)),
             "horovod is not installed (scripts/setup.sh builds it)")
     hosts, disc = tmp_path / "hosts", tmp_path / "discover.sh"
@@ -144,7 +160,7 @@ def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
             str(disc), "--gloo", "--network-interface", "lo", sys.executable, RUNNER,
             str(ROOT / "tests" / "jobs" / "gns_hvd_elastic.py")]
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT}",
-           "SCHEDULEARN_JOB_DIR": str(tmp_path), "STEPS": "250", "STEP_SLEEP": "0.1", "B0": "16",
+           "SCHEDULEARN_JOB_DIR": str(tmp_path), "STEPS": "350", "STEP_SLEEP": "0.1", "B0": "16",
            "MAXB": "256" if adaptive else "16", **({"ADAPTIVE": "1"} if adaptive else {})}
     p = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
@@ -154,6 +170,11 @@ def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
             assert p.poll() is None and time.monotonic() < deadline, "the job did not train on 1 worker"
             time.sleep(0.2)
         hosts.write_text("localhost:2\n")  # Horovod adds a worker in place
+        metrics = tmp_path / "metrics.jsonl"
+        while not any(r.get("step", 0) >= 150 and r["num_gpus"] == 2 for r in _read(metrics)):
+            assert p.poll() is None and time.monotonic() < deadline + 120, "no training on 2 workers"
+            time.sleep(0.2)
+        hosts.write_text("localhost:1\n")  # and removes it
         out, _ = p.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         p.terminate()
@@ -177,7 +198,9 @@ def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
     grown = sorted(s for s, r in both.items() if len(r) == 2)
     assert len(grown) >= 50, out[-3000:]  # trained on 2 workers
     assert all(both[s][0] == both[s][1] for s in grown)  # the same batch and share on both ranks
-    assert max(both) == 250 and both[250][0][0] == 2
+    ranks0 = [both[s][0][0] for s in sorted(both)]
+    assert [w for i, w in enumerate(ranks0) if i == 0 or ranks0[i - 1] != w] == [1, 2, 1], ranks0
+    assert max(both) == 350 and list(both[350]) == [0]  # rank 0 alone at the end
     reports = _reports(tmp_path)
     assert {r["num_gpus"] for r in reports} == {1, 2} and reports[-1]["progress"] == 1
     assert all(r["grad_var"] > 0 for r in reports if r["num_gpus"] == 2)

@@ -412,6 +412,13 @@ class Monitor:
             a = max(a, 1)  # two micro-batches: the gradient noise needs a pair
         self._accum = max(a, 0)
         self._micro_batch = max(-(-local // (self._accum + 1)), 1)
+        passes = getattr(self.optimizer, "backward_passes_per_step", None)
+        if self._hvd and passes is not None and passes != self._accum + 1:
+            # Horovod's optimizer all-reduces once every that many backward passes (and refuses
+            # more: seen live, an adaptive job on one GPU under Horovod Elastic accumulating two
+            # micro-batches failed with "Gradients were computed more than
+            # backward_passes_per_step times")
+            self.optimizer.set_backward_passes_per_step(self._accum + 1)
         self._apply_lr()
 
     def _gain(self, batch: int) -> float:

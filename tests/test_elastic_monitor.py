@@ -42,20 +42,26 @@ def _has(module: str) -> bool:
     return True
 
 
-def _run(argv: list[str], tmp_path: Path, **env: object) -> dict:
-    e = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT}",
-         "SCHEDULEARN_JOB_DIR": str(tmp_path), **{k: str(v) for k, v in env.items()}}
-    p = subprocess.Popen(argv, cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _wait(p: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
+    """The process's output once it ends; past `timeout` SIGTERM first (torchrun and horovodrun
+    pass it to their workers), SIGKILL 20 s later, and an AssertionError saying `what`."""
     try:
-        out, err = p.communicate(timeout=300)
-    except subprocess.TimeoutExpired:  # SIGTERM first: torchrun and horovodrun pass it to their workers
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
         p.terminate()
         try:
             out, err = p.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-        raise AssertionError(f"timed out: {argv}\n{out[-2000:]}{err[-2000:]}") from None
+        raise AssertionError(f"{what}\n{out[-2000:]}{(err or '')[-2000:]}") from None
+
+
+def _run(argv: list[str], tmp_path: Path, **env: object) -> dict:
+    e = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT}",
+         "SCHEDULEARN_JOB_DIR": str(tmp_path), **{k: str(v) for k, v in env.items()}}
+    p = subprocess.Popen(argv, cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = _wait(p, 300, f"timed out: {argv}")
     assert p.returncode == 0, out[-3000:] + err[-3000:]
     lines = [line[line.index("{"):] for line in out.splitlines() if "{" in line]
     return json.loads(lines[-1])
@@ -175,15 +181,7 @@ def test_horovod_elastic_ranks_follow_a_resize_in_place(tmp_path, adaptive):
             assert p.poll() is None and time.monotonic() < deadline + 120, "no training on 2 workers"
             time.sleep(0.2)
         hosts.write_text("localhost:1\n")  # and removes it
-        out, _ = p.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        p.terminate()
-        try:
-            out, _ = p.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        raise AssertionError(f"the job hung after the resize:\n{out[-3000:]}") from None
+        out, _ = _wait(p, 240, "the job hung after a resize:")
     finally:
         if p.poll() is None:
             p.kill()

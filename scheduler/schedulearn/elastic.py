@@ -548,8 +548,7 @@ class Monitor:
         rec: dict[str, Any] = {"t": time.time(), "batch_size": self.batch_size,
                                "accum_steps": self._accum, "init_batch_size": self.init_batch,
                                "max_batch_size": self.max_batch, "max_local_bsz": self.max_local,
-                               "progress": st["progress"],
-                               "step": st["steps"]}
+                               "progress": st["progress"], "step": st["steps"]}
         if self._times:
             rec["step_time"] = sum(self._times) / len(self._times)
             rec["timed_steps"] = len(self._times)

@@ -35,10 +35,29 @@ from pathlib import Path
 from typing import Any
 
 JOBS = Path(__file__).resolve().parent / "gpu_check_jobs"
+#: linear regression with known gradient statistics (the job of tests/test_elastic_monitor.py)
+GNS_JOB = Path(__file__).resolve().parent.parent / "tests" / "jobs" / "gns_train.py"
 MARKER = "=== schedulearn:"
 TOKEN = "gpu-check-" + os.urandom(8).hex()
 #: a 1-GPU job that holds its GPU until the file named by its argument exists
 HOLDER = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.1)\n"
+#: a process the scheduler did not start, on every GPU: a bare CUDA context (then `<base>.context`
+#: exists), then, once `<base>.grow` exists, `argv[2]` MiB more on each (then `<base>.grown`);
+#: it ends once `<base>.end` exists
+FOREIGN = """import os, sys, time, torch
+def wait(name):
+    while not os.path.exists(sys.argv[1] + name):
+        time.sleep(0.1)
+held = [torch.zeros(1, device=f"cuda:{i}") for i in range(torch.cuda.device_count())]
+torch.cuda.synchronize()
+open(sys.argv[1] + ".context", "w").close()
+wait(".grow")
+held += [torch.ones(int(sys.argv[2]) << 20, dtype=torch.uint8, device=f"cuda:{i}")
+         for i in range(torch.cuda.device_count())]
+torch.cuda.synchronize()
+open(sys.argv[1] + ".grown", "w").close()
+wait(".end")
+"""
 
 
 # ---------------------------------------------------------------------------------------- output
@@ -615,6 +634,103 @@ class Checks:
         return (f"{self.args.train_launcher} job {a['id']} stopped by DELETE (one GPU: no resize "
                 f"possible), job {b['id']} resumed", [a["id"], b["id"]])
 
+    # -- 5b. the Monitor's gradient statistics on the job's device ---------------------------------
+    def monitor_statistics(self) -> str:
+        """`schedulearn.elastic.Monitor` in a 1-GPU job whose model and batches are on the GPU
+        (float64 linear regression, weights frozen: the statistics are known exactly), two
+        micro-batches a step: its |g|^2 and per-sample variance within 10 % of the analytic
+        values, and its reports reach the server (the job's progress in the REST API is 1)."""
+        device = "cuda" if self.cuda else "cpu"
+        env = self.env(DEVICE=device, STEPS="1500", B0="32", MAXLOCAL="16", SMOOTHING="0.998",
+                       REPORT_EVERY="1")
+        job = self.client.submit({"name": "gpu-check-monitor", "gpus": 1, "launcher": "python",
+                                  "env": env, "command": ["python", str(GNS_JOB)]})
+        job = self.wait_job(job["id"], 600)
+        self.succeeded(job)
+        lines = [x for x in self.client.logs(job["id"]).splitlines() if x.startswith("{")]
+        if not lines:
+            raise Fail(f"job {job['id']} printed no result line")
+        out = json.loads(lines[-1])
+        if not out["device"].startswith(device) or (out["accum_steps"], out["micro_batch"]) != (1, 16):
+            raise Fail(f"the job trained on {out['device']} with {out['accum_steps'] + 1} micro-batches "
+                       f"of {out['micro_batch']}, expected {device} and 2 of 16")
+        errs = {k: out[k] / out[f"true_{k}"] - 1 for k in ("sqr", "var")}
+        if any(abs(e) > 0.10 for e in errs.values()):
+            raise Fail(f"statistics off their analytic values by more than 10 %: |g|^2 {out['sqr']:.4g} "
+                       f"(true {out['true_sqr']:.4g}), variance {out['var']:.4g} "
+                       f"(true {out['true_var']:.4g})")
+        if job.get("progress") != 1:
+            raise Fail(f"the server shows progress {job.get('progress')!r} for the finished job, expected 1")
+        return (f"job {job['id']} on {out['device']}: |g|^2 {errs['sqr']:+.1%}, per-sample variance "
+                f"{errs['var']:+.1%} off their analytic values over {out['steps']} steps of 2 micro-batches; "
+                f"progress 1 in the REST API")
+
+    # -- 5c. GPUs a process outside the scheduler uses ------------------------------------------------
+    def busy_gpu(self) -> str:
+        """A process the scheduler did not start (`busygpus`): with a bare CUDA context on every
+        GPU, the GPUs stay free; with 4 GiB more on each, the `gpus` route names it on every GPU,
+        a 1-GPU job waits (its reason says so), and it starts once the process ends."""
+        if not self.cuda:
+            raise Skip(f"virtual GPUs: no processes for NVML to list ({self.host.why_not})")
+        if any(g["uuid"].startswith("MIG-") for g in self.gpus()):
+            raise Skip("MIG devices: NVML lists no processes per MIG device here")
+        base, mib = str(self.work / "foreign"), 4096
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        with open(base + ".log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-c", FOREIGN, base, str(mib)], env=env,
+                                    stdout=log, stderr=subprocess.STDOUT)
+        job = None
+        try:
+            wait_until(lambda: Path(base + ".context").exists() or proc.poll() is not None, 120,
+                       "the foreign process to open its CUDA context")
+            if proc.poll() is not None:
+                tail = Path(base + ".log").read_text(errors="replace")[-300:]
+                raise Fail(f"the foreign process exited with {proc.returncode}: {tail!r}")
+            time.sleep(3)  # three inventory reads
+            context = self._used_mib(proc.pid)
+            held = [g["index"] for g in self.gpus() if g["held_by"]]
+            if held:
+                raise Fail(f"a bare CUDA context ({context} MiB) held GPUs {held}")
+            Path(base + ".grow").touch()
+            wait_until(lambda: Path(base + ".grown").exists() or proc.poll() is not None, 120,
+                       f"the foreign process to take {mib} MiB")
+            shown = wait_until(lambda: (h := [g["held_by"] for g in self.gpus()]) and all(
+                f"process {proc.pid}" in (x or "") for x in h) and h, 30,
+                f"the gpus route to show process {proc.pid} on every GPU")
+            job = self.client.submit({"name": "gpu-check-busy-wait", "gpus": 1,
+                                      "command": ["python", "-c", "print('ran')"]})
+            time.sleep(3)
+            waiting = self.client.job(job["id"])
+            reason = waiting.get("reason") or ""
+            if waiting["state"] != "queued" or "held outside the scheduler" not in reason:
+                raise Fail(f"job {job['id']} is {waiting['state']} ({waiting.get('reason')}) beside a GPU "
+                           f"held by process {proc.pid}")
+        finally:
+            Path(base + ".end").touch()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        ended = time.monotonic()
+        done = self.wait_job(job["id"], 120)
+        self.succeeded(done)
+        return (f"a bare CUDA context ({context} MiB) left the GPU free; with {mib} MiB more the gpus route "
+                f"showed {shown[0]!r}, job {job['id']} waited ({waiting['reason']!r}) and succeeded "
+                f"{time.monotonic() - ended:.1f} s after the process ended")
+
+    @staticmethod
+    def _used_mib(pid: int) -> str:
+        """The GPU memory NVML reports for `pid` (nvidia-smi), in MiB, or "?"."""
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+        rows = [[x.strip() for x in line.split(",")] for line in out.splitlines()]
+        return "+".join(r[1] for r in rows if len(r) == 2 and r[0] == str(pid)) or "?"
+
     # -- 6. the gpus route while a job computes --------------------------------------------------
     def gpus_route(self) -> str:
         """A job that computes: the `gpus` route shows it on its GPU (the PASS detail), and its
@@ -702,7 +818,7 @@ class Checks:
         check(r, "nvml-inventory", self.nvml_inventory)
         check(r, "mig-devices", self.mig_devices)
         names = ["cell-cuda-matmul", "concurrent-jobs", "torchrun-nccl", "checkpoint-restart",
-                 "gpus-route", "gpu-utilisation", "launch-timing"]
+                 "monitor-statistics", "busy-gpu", "gpus-route", "gpu-utilisation", "launch-timing"]
         try:
             self.server.start()
             self.client = self.client_class(self.server.url, TOKEN, timeout=60)
@@ -715,6 +831,8 @@ class Checks:
         check(r, "concurrent-jobs", self.concurrent_jobs)
         check(r, "torchrun-nccl", self.torchrun_nccl)
         check(r, "checkpoint-restart", self.checkpoint_restart)
+        check(r, "monitor-statistics", self.monitor_statistics)
+        check(r, "busy-gpu", self.busy_gpu)
         if check(r, "gpus-route", self.gpus_route):
             status, detail = self.utilisation
             r.line(status, "gpu-utilisation", detail)

@@ -50,13 +50,15 @@ def test_cpu_mode_runs_every_check_that_needs_no_gpu_and_skips_the_others() -> N
     assert out[0].startswith("schedulearn gpu-check: CPU with 2 virtual GPUs (--cpu given)"), out[0]
     checks = {m[2]: (m[1], m[3]) for m in map(LINE.match, out) if m}
     assert list(checks) == ["nvml-inventory", "mig-devices", "cell-cuda-matmul", "concurrent-jobs",
-                            "torchrun-nccl", "checkpoint-restart", "gpus-route", "gpu-utilisation",
-                            "launch-timing"], out
+                            "torchrun-nccl", "checkpoint-restart", "monitor-statistics", "busy-gpu",
+                            "gpus-route", "gpu-utilisation", "launch-timing"], out
     status = {name: s for name, (s, _) in checks.items()}
     assert status == {"nvml-inventory": "SKIP", "mig-devices": "SKIP", "cell-cuda-matmul": "PASS",
                       "concurrent-jobs": "PASS", "torchrun-nccl": "SKIP", "checkpoint-restart": "PASS",
-                      "gpus-route": "PASS", "gpu-utilisation": "SKIP", "launch-timing": "PASS"}, out
-    for name in ("nvml-inventory", "mig-devices", "torchrun-nccl", "gpu-utilisation"):
+                      "monitor-statistics": "PASS", "busy-gpu": "SKIP", "gpus-route": "PASS",
+                      "gpu-utilisation": "SKIP",
+                      "launch-timing": "PASS"}, out
+    for name in ("nvml-inventory", "mig-devices", "torchrun-nccl", "busy-gpu", "gpu-utilisation"):
         assert "--cpu given" in checks[name][1], checks[name]  # a SKIP says why
     cell = checks["cell-cuda-matmul"][1]
     assert re.search(r"on virtual GPU \d: 1024x1024 float64 matmul on cpu, checksum -?[\d.]+ matches the CPU",
@@ -66,6 +68,10 @@ def test_cpu_mode_runs_every_check_that_needs_no_gpu_and_skips_the_others() -> N
     restart = checks["checkpoint-restart"][1]
     assert "python job" in restart and "resized 2 -> 1 GPUs by elastic-fifo" in restart, restart
     assert f"steps 1..{steps} continuous" in restart and "final weights match" in restart, restart
+    monitor = checks["monitor-statistics"][1]
+    assert re.search(r"on cpu: \|g\|\^2 [+-]\d+\.\d%, per-sample variance [+-]\d+\.\d% off their "
+                     r"analytic values over 1500 steps of 2 micro-batches; progress 1 in the REST API",
+                     monitor), monitor
     times = [m for m in map(TIME.match, out) if m]
     assert [m[1] for m in times] == [
         "submit->first log line (CPU, virtual GPU)",

@@ -57,9 +57,7 @@ def _dist():
         import torch
 
         def agree(flag: int) -> int:
-            backend = torch_dist.get_backend()
-            dev = "cuda" if backend == "nccl" else "cpu"
-            t = torch.tensor([flag], dtype=torch.int32, device=dev)
+            t = torch.tensor([flag], dtype=torch.int32, device=_collective_device(torch_dist))
             torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
             return int(t.item())
 
@@ -83,6 +81,12 @@ def _dist():
 
             return rank, size, agree, barrier
     return 0, 1, (lambda flag: flag), (lambda: None)
+
+
+def _collective_device(torch_dist: Any) -> str:
+    """Where a tensor for a torch.distributed collective must live: NCCL reduces only CUDA
+    tensors (a CPU tensor fails: no backend for device type cpu)."""
+    return "cuda" if torch_dist.get_backend() == "nccl" else "cpu"
 
 
 def _rank_from_env() -> int:
@@ -517,6 +521,7 @@ class Monitor:
         t = torch.tensor([local_sq, float(n), due], dtype=torch.float64)
         torch_dist = sys.modules.get("torch.distributed")
         if torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized():
+            t = t.to(_collective_device(torch_dist))
             torch_dist.all_reduce(t)
         else:
             hvd = sys.modules["horovod.torch"]

@@ -10,7 +10,9 @@ global batch), MAXB, MAXLOCAL, LR, SIGMA, ADAPTIVE=1, LR_SCALING, SMOOTHING, REP
 PER_SAMPLE (seconds of sleep per sample and micro-step: a GPU's compute time, so the job's
 speed-up is known), OVERHEAD (seconds of sleep per optimiser step), SYNC (seconds of sleep per
 step and extra replica: a synchronisation that grows with the world size), CKPT=1 (a
-Checkpointer in the job directory), STOP_AT (save and stop after that many steps: a resize).
+Checkpointer in the job directory), STOP_AT (save and stop after that many steps: a resize),
+DEVICE (where the model and batches live, default `cpu`; `cuda` in scripts/gpu_check.py: one
+process; the samples are drawn on the CPU, so they are the same on either).
 Rank 0 prints one JSON line: the statistics, their true values, the batch sizes used, the
 learning-rate factor and the loss before and after.
 """
@@ -30,6 +32,7 @@ LR = float(os.environ.get("LR", "0"))
 PER_SAMPLE = float(os.environ.get("PER_SAMPLE", "0"))
 OVERHEAD = float(os.environ.get("OVERHEAD", "0"))
 SYNC = float(os.environ.get("SYNC", "0"))
+DEVICE = torch.device(os.environ.get("DEVICE", "cpu"))
 
 
 def main():
@@ -48,9 +51,9 @@ def main():
         rank = 0
     torch.manual_seed(0)
     w_star = torch.randn(D, dtype=torch.float64)
-    model = torch.nn.Linear(D, 1, bias=False).double()
+    model = torch.nn.Linear(D, 1, bias=False).double().to(DEVICE)
     with torch.no_grad():
-        model.weight.copy_((w_star + 0.3).unsqueeze(0))
+        model.weight.copy_((w_star + 0.3).unsqueeze(0).to(DEVICE))
     if dist is not None:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -69,7 +72,8 @@ def main():
 
     def batch(n):
         x = torch.randn(n, D, generator=gen, dtype=torch.float64)
-        return x, x @ w_star + SIGMA * torch.randn(n, generator=gen, dtype=torch.float64)
+        y = x @ w_star + SIGMA * torch.randn(n, generator=gen, dtype=torch.float64)
+        return x.to(DEVICE), y.to(DEVICE)
 
     def full_loss():
         with torch.no_grad():
@@ -91,7 +95,7 @@ def main():
             ckpt.save()
             break
     mon.close()
-    delta = elastic._unwrap(model).weight.detach()[0] - w_star
+    delta = elastic._unwrap(model).weight.detach()[0].cpu() - w_star
     d2 = float(delta.pow(2).sum())
     if rank == 0:
         print(json.dumps({
@@ -99,6 +103,7 @@ def main():
             "true_var": ((D + 1) * d2 + D * SIGMA ** 2) / B0, "batches": batches, "start": start,
             "steps": mon.steps, "lr_factor": mon.lr_factor, "lr": opt.param_groups[0]["lr"],
             "micro_batch": mon.micro_batch, "accum_steps": mon.accum_steps, "world": mon.world,
+            "device": str(next(model.parameters()).device),
             "loss_before": before, "loss_after": full_loss()}), flush=True)
     if dist is not None:
         dist.barrier()

@@ -63,6 +63,10 @@ JOB = {
         "eta_basis": {"type": "string", "enum": ["progress", "history"],
                       "description": "what eta_s comes from: the job's progress and rate, or "
                                      "similar finished jobs"},
+        "silent_s": {"type": "number", "minimum": 0,
+                     "description": "a running job that stopped reporting: seconds since its last report "
+                                    "(or its start on its GPUs), once past 3 min and 10 times its gap "
+                                    "between reports"},
         "deadline": {"type": "number", "description": "finish by (seconds since the epoch), as submitted"},
         "files_removed": {"type": "number",
                           "description": "when the job's directory (log, result, checkpoints) was removed "

@@ -379,3 +379,18 @@ def test_show_says_what_an_auto_job_asked_for_and_holds(spec, alloc, gpus):
            "spec": {"command": ["python", "t.py"], **spec}, "alloc": alloc,
            "gpus": sum(map(len, alloc.values())), "submit_time": 0.0}
     assert dict(job_fields(job, now=10.0))["gpus"] == gpus
+
+
+def test_ls_progress_column_shows_time_left_and_a_silent_job():
+    """`schedulearn ls`'s PROGRESS: the bar, the time left, and for a running job that stopped
+    reporting (`silent_s`) how long it has been silent; nothing of either once it has ended."""
+    from schedulearn.client_cli import _progress
+
+    job = {"state": "running", "progress": 0.42, "eta_s": 725.0, "eta_basis": "progress"}
+    assert _progress(job) == "[####------] 42% ~12m left"
+    assert _progress({**job, "eta_basis": "history"}) == "[####------] 42% ~12m left?"
+    silent = {"state": "running", "progress": 0.12, "silent_s": 420.0}
+    assert _progress(silent) == "[#---------] 12% no report for 7m"
+    assert _progress({**silent, "state": "failed"}) == "[#---------] 12%"
+    assert _progress({"state": "succeeded", "progress": 1.0}) == "done"
+    assert _progress({"state": "queued"}) == "-"

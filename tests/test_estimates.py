@@ -214,6 +214,37 @@ def test_work_left_from_progress_and_the_observed_rate():
     assert "eta_s" not in out and "eta_basis" not in out and out["progress"] == pytest.approx(0.14)
 
 
+def test_a_job_that_stops_reporting_is_shown_silent():
+    """A running job that reported every 10 s and then nothing (hung in a collective, or in a
+    long evaluation) says how long it has been silent, once that is past 3 minutes and ten times
+    its gap between reports; counted from its start on its GPUs where that came later; a job that
+    never reported twice in one run is not silent, nor one that has ended."""
+    from schedulearn.estimates.job import SILENT_S
+
+    job = _job(batch_size=128)
+    ingest(job, [_report(t, 2, 128, progress=t / 10_000) for t in (100, 110, 120, 130)])
+    job.state, job.alloc, job.since = JobState.running, {"n": (0, 1)}, 90.0
+    assert "silent_s" not in summary(job, 130 + SILENT_S)
+    assert summary(job, 130 + SILENT_S + 1)["silent_s"] == SILENT_S + 1
+    job.since = 200.0  # restarted on other GPUs at 200: silent from then
+    assert "silent_s" not in summary(job, 130 + SILENT_S + 1)
+    assert summary(job, 200 + SILENT_S + 5)["silent_s"] == SILENT_S + 5
+    job.state = JobState.succeeded
+    assert "silent_s" not in summary(job, 10_000)
+
+    slow = _job(batch_size=128)  # one report every 5 minutes: silent past 10 of its gaps
+    ingest(slow, [_report(t, 2, 128, progress=t / 100_000) for t in (0, 300, 600)])
+    slow.state, slow.alloc, slow.since = JobState.running, {"n": (0, 1)}, 0.0
+    assert "silent_s" not in summary(slow, 600 + 2999)
+    assert summary(slow, 600 + 3001)["silent_s"] == 3001
+
+    once = _job(batch_size=128)  # one report per run (the gap spans a restart): never silent
+    ingest(once, [_report(0, 2, 128, progress=0.1), _report(500, 2, 128, progress=0.2, restart=1)])
+    once.state, once.alloc, once.since = JobState.running, {"n": (0, 1)}, 400.0
+    assert "silent_s" not in summary(once, 10_000)
+    assert "silent_s" not in summary(_job(batch_size=128), 10_000)
+
+
 def test_progress_across_a_restart_is_not_a_rate():
     """The seconds between the last report of one run and the first of the next include the
     restart: they are not counted."""

@@ -131,3 +131,43 @@ def test_a_finished_job_shows_the_progress_it_last_reported(tmp_path):
             await task
 
     asyncio.run(main())
+
+
+HANGS = """
+import time
+from schedulearn import elastic
+for step in range(1, 6):
+    time.sleep(0.05)
+    elastic.report(step_time=0.05, batch_size=32, progress=step / 100)
+print("stuck", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_job_that_stops_reporting_is_shown_silent(tmp_path):
+    """A real job reports five steps and then hangs: its reports are read from its
+    metrics.jsonl, and the job's view says how long it has been silent once that is past
+    `SILENT_S` (asked at a later `now`: the test does not wait the 3 minutes), not before."""
+    from schedulearn.estimates.job import SILENT_S
+
+    async def main():
+        ex = LocalExecutor(tmp_path / "jobs", cancel_grace=5)
+        eng = Engine(virtual_cluster(1, 2), "fifo", executor=ex)
+        task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+        try:
+            job = eng.submit({"name": "hangs", "script": HANGS, "gpus": 1})
+            await wait_for(lambda: job.extra.get("reports_read") == 5 or job.state.final, 60,
+                           "the job's five reports to be read")
+            assert job.state is JobState.running, job.reason
+            now = time.time()
+            assert "silent_s" not in eng.job_dict(job, now)
+            later = eng.job_dict(job, now + SILENT_S + 10)
+            last = _reports(tmp_path / "jobs" / str(job.id) / "metrics.jsonl")[-1]
+            assert later["silent_s"] == round(now + SILENT_S + 10 - last["t"])
+            assert later["progress"] == 0.05
+        finally:
+            await asyncio.to_thread(ex.terminate_all, 1.0)
+            eng.close()
+            await task
+
+    asyncio.run(main())

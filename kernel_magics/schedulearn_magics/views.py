@@ -165,13 +165,17 @@ def status_detail(job: dict[str, Any], position: int | None = None, now: float |
 
 def progress_text(job: dict[str, Any]) -> str:
     """`42% done, ~12m00s left`: what the scheduler's estimate knows (empty when nothing); a
-    time left predicted from similar jobs, not from the job's own progress, says so."""
+    time left predicted from similar jobs, not from the job's own progress, says so; a running
+    job that stopped reporting (`silent_s`: hung, or a long stretch without reports), `no report
+    for 7m00s`."""
     parts = []
     if job.get("progress") is not None:
         parts.append(f"{100 * float(job['progress']):.0f}% done")
     if job.get("eta_s") is not None and job.get("state") == "running":
         guess = " (like similar jobs)" if job.get("eta_basis") == "history" else ""
         parts.append(f"~{fmt_seconds(job['eta_s'])} left{guess}")
+    if job.get("silent_s") is not None and job.get("state") == "running":
+        parts.append(f"no report for {fmt_seconds(job['silent_s'])}")
     return ", ".join(parts)
 
 

@@ -109,7 +109,9 @@ export function formatSpan(hours: number): string {
 
 /**
  * What the scheduler's estimate says of a job: `42% done · ~12m 5s left` (`` when nothing is
- * known). A time left predicted from similar jobs (not the job's own progress) ends in `?`.
+ * known). A time left predicted from similar jobs (not the job's own progress) ends in `?`; a
+ * running job that stopped reporting (`silent_s`: hung, or a long stretch without reports) says
+ * `no report for 7m 0s`.
  */
 export function progressText(job: IJob): string {
   const parts: string[] = [];
@@ -118,6 +120,9 @@ export function progressText(job: IJob): string {
   }
   if (job.eta_s !== undefined && job.eta_s !== null && job.state === 'running') {
     parts.push(`~${formatDuration(job.eta_s)} left${job.eta_basis === 'history' ? '?' : ''}`);
+  }
+  if (job.silent_s !== undefined && job.silent_s !== null && job.state === 'running') {
+    parts.push(`no report for ${formatDuration(job.silent_s)}`);
   }
   return parts.join(' · ');
 }

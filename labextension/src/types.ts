@@ -56,6 +56,8 @@ export interface IJob {
   eta_s?: number;
   /** What `eta_s` comes from: the job's own progress and rate, or similar finished jobs. */
   eta_basis?: 'progress' | 'history';
+  /** A running job that stopped reporting: seconds since its last report (past 3 min and ten of its gaps). */
+  silent_s?: number;
   /** Finish by (seconds since the epoch), when the user gave a deadline. */
   deadline?: number;
   /** The scheduler's estimate of the deadline; `met` or `missed` once the job ended. */

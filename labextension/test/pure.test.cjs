@@ -108,6 +108,8 @@ test('progressText and progressPercent: what the estimate knows', () => {
   assert.equal(progressText(job({ progress: 0.5, eta_s: 9 })), '50% done'); // queued: no time left
   assert.equal(progressText(job({ state: 'succeeded', progress: 1 })), '');
   assert.equal(progressText(job({})), '');
+  assert.equal(progressText({ ...running, eta_s: undefined, silent_s: 420 }), '42% done · no report for 7m 0s');
+  assert.equal(progressText({ ...running, state: 'failed', silent_s: 420 }), '42% done'); // only while it runs
   assert.equal(progressPercent(running), 42);
   assert.equal(progressPercent(job({ state: 'failed', progress: 0.3 })), null);
   assert.equal(progressPercent(job({ state: 'running', progress: 1.7 })), 100);

@@ -311,7 +311,8 @@ def _table(rows: list[list[str]]) -> None:
 
 
 def _progress(job: dict[str, Any]) -> str:
-    """`[####------] 42% ~12m left`: reported progress and the estimated time left ('-' if none)."""
+    """`[####------] 42% ~12m left`: reported progress and the estimated time left ('-' if none);
+    `no report for 7m` for a job that stopped reporting (`silent_s`)."""
     if job.get("state") == "succeeded":
         return "done"
     out = []
@@ -319,10 +320,14 @@ def _progress(job: dict[str, Any]) -> str:
         p = min(max(float(job["progress"]), 0.0), 1.0)
         out.append("[" + "#" * round(10 * p) + "-" * (10 - round(10 * p)) + f"] {100 * p:.0f}%")
     if job.get("eta_s") is not None and job.get("state") == "running":
-        s = float(job["eta_s"])
-        left = f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
-        out.append(f"~{left} left" + ("?" if job.get("eta_basis") == "history" else ""))
+        out.append(f"~{_span(float(job['eta_s']))} left" + ("?" if job.get("eta_basis") == "history" else ""))
+    if job.get("silent_s") is not None and job.get("state") == "running":
+        out.append(f"no report for {_span(float(job['silent_s']))}")
     return " ".join(out) or "-"
+
+
+def _span(s: float) -> str:
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

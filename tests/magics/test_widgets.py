@@ -180,6 +180,10 @@ def test_progress_text_and_bar() -> None:
     assert views.progress_text({**job, "eta_basis": "history", "progress": None}) == \
         "~12m05s left (like similar jobs)"
     assert views.progress_text({"state": "queued", "progress": 0.5, "eta_s": 9.0}) == "50% done"
+    # a running job that stopped reporting says for how long; an ended one does not
+    silent = {"state": "running", "progress": 0.42, "silent_s": 420.0}
+    assert views.progress_text(silent) == "42% done, no report for 7m00s"
+    assert views.progress_text({**silent, "state": "failed"}) == "42% done"
     assert views.progress_text({"state": "running"}) == "" and views.progress_bar_html({}) == ""
     assert "width:42.0%" in views.progress_bar_html(job)
 

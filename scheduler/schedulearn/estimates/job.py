@@ -321,6 +321,10 @@ def remaining_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
 #: seconds past its estimated end, with no report since, after which a job's time left is not
 #: shown (`summary`): it is stuck, or its reports stopped, and 0 would be a promise that never ends
 OVERDUE_S = 60.0
+#: a running job that reported at least twice in a run is `silent_s` once its last report (or its
+#: start on its GPUs, if later) is this long ago and `SILENT_TIMES` its mean gap between reports
+SILENT_S = 180.0
+SILENT_TIMES = 10.0
 
 
 def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
@@ -338,6 +342,18 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     return out
 
 
+def silent_for(st: dict[str, Any], job: Job, now: float) -> float | None:
+    """Seconds since a running job's last report, where that is past both `SILENT_S` and
+    `SILENT_TIMES` times its mean gap between reports (None otherwise, and for a job that never
+    reported twice in one run: one that does not report is not silent). Counted from its start
+    on its GPUs where that came later (a resized job takes time to report again)."""
+    heard = st.get("heard")
+    if not heard or heard[2] < 1:
+        return None
+    quiet = now - max(heard[0], job.since)
+    return quiet if quiet > max(SILENT_S, SILENT_TIMES * heard[3] / heard[2]) else None
+
+
 def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
              per_node: int = 1, restart_s: float | None = None) -> dict[str, Any]:
     """What users see of a job's estimate: `progress` (0..1) where it reports one, and, while it
@@ -346,7 +362,9 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     `eta_basis`: `progress` (its reported progress and rate; after its first report, before
     there is a rate, the pace of its run so far) or `history` (the predicted work of
     similar finished jobs, less its service; none once it has run longer than they took, rather
-    than a time left of 0 that never passes); for a job with a deadline, its status
+    than a time left of 0 that never passes); `silent_s` where it stopped reporting while it
+    runs (`silent_for`: a hung job, or a long stretch without reports such as an evaluation);
+    for a job with a deadline, its status
     (`estimates.deadline.status`, on up to the `capacity` GPUs it may use, a restart priced at
     `restart_s`: the policy's price; `deadline.RESTART_S` if None). Empty when nothing is known."""
     from ..placement import placement_shape
@@ -362,6 +380,8 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
         out.update(deadline_summary(job, now, history, capacity, per_node, **extra))
     if not job.alloc or job.state.final:
         return out
+    if (quiet := silent_for(st, job, now)) is not None:
+        out["silent_s"] = round(quiet)
     est = estimate(job, now, history)
     shape = placement_shape(job.alloc)
     left = est.remaining_s(shape)

@@ -161,6 +161,7 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
     a = _num(rec, "accum_steps", int) or 0
     step = _num(rec, "step_time")
     run = _num(rec, "restart", int) or 0
+    _hear(st, t, run)
     for key in ("init_batch_size", "max_batch_size", "max_local_bsz"):
         v = _num(rec, key, int, 1)
         if v is not None:
@@ -226,6 +227,17 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
             stretch[1] += p - last[1]
     st["last"] = [t, p, run, [k, r, b]]
     st["progress"] = p
+
+
+def _hear(st: dict[str, Any], t: float, run: int) -> None:
+    """Keep when the job last reported and how often it does (`heard`: [last t, run, gaps
+    between consecutive reports of one run, their sum]): what tells a job that went silent."""
+    heard = st.get("heard")
+    if heard is None or t >= heard[0]:
+        gaps, total = (heard[2], heard[3]) if heard is not None else (0, 0.0)
+        if heard is not None and heard[1] == run and t > heard[0]:
+            gaps, total = gaps + 1, total + t - heard[0]
+        st["heard"] = [t, run, gaps, total]
 
 
 def path_bin(progress: float) -> int:

@@ -96,6 +96,17 @@ def test_what_holds_a_gpu_in_words(train):
                           text=True, check=True)
     dead = int(gone.stdout)
     assert busygpus.describe(dead) == f"process {dead} (not visible from the server)"
+    # a `python -c` script on one line (seen on a GPU: `python -c import os, sys?def wait(…`),
+    # a terminal escape in an argument shown as `?`
+    code = "import sys, time\nfor _ in range(600):\n    time.sleep(0.1)"
+    script = subprocess.Popen([sys.executable, "-c", code, "\x1b[2J"])  # (Popen returns once it exec'd)
+    try:
+        shown = busygpus.describe(script.pid)
+        one_line = "import sys, time for _ in range(600): time.sleep(0.1) ?[2J"
+        assert shown.endswith(f"({python} -c {one_line})"), shown
+    finally:
+        script.kill()
+        script.wait()
     both = busygpus.holder([(p.pid + 999_999, 4096), (p.pid, 4096)], 2048)
     assert both == said + " and 1 more"  # the lowest pid named: the same text read after read
 

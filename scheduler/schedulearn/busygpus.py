@@ -61,7 +61,9 @@ def _cmdline(pid: int, most: int = 80) -> str | None:
     args = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     if args:
         args[0] = args[0].rsplit("/", 1)[-1]  # python, not /home/alice/.venv/bin/python
-    text = "".join(c if c.isprintable() else "?" for c in " ".join(args))
+    # one line: a `python -c` script's newlines and indents as single spaces, other control
+    # characters (a terminal escape in an argument) as `?`
+    text = " ".join("".join(c if c.isprintable() or c.isspace() else "?" for c in " ".join(args)).split())
     return text[: most - 1] + "…" if len(text) > most else text
 
 

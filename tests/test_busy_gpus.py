@@ -81,7 +81,7 @@ def executor(tmp_path: Path, nv: Nvml) -> LocalExecutor:
     return ex
 
 
-def test_what_holds_a_gpu_in_words(train):
+def test_what_holds_a_gpu_in_words(train, started):
     p = train()
     python = os.path.basename(sys.executable)
     said = f"process {p.pid} of {getpass.getuser()} ({python} train.py --epochs 10)"
@@ -98,15 +98,12 @@ def test_what_holds_a_gpu_in_words(train):
     assert busygpus.describe(dead) == f"process {dead} (not visible from the server)"
     # a `python -c` script on one line (seen on a GPU: `python -c import os, sys?def wait(…`),
     # a terminal escape in an argument shown as `?`
-    code = "import sys, time\nfor _ in range(600):\n    time.sleep(0.1)"
-    script = subprocess.Popen([sys.executable, "-c", code, "\x1b[2J"])  # (Popen returns once it exec'd)
-    try:
-        shown = busygpus.describe(script.pid)
-        one_line = "import sys, time for _ in range(600): time.sleep(0.1) ?[2J"
-        assert shown.endswith(f"({python} -c {one_line})"), shown
-    finally:
-        script.kill()
-        script.wait()
+    code = "import time\nprint('up', flush=True)\nwhile True:\n    time.sleep(1)"
+    # (once it printed: right after Popen, /proc/<pid>/cmdline read empty 14 times in 300 here, as
+    # the exec that vfork's parent wakes at has not yet set the new arguments)
+    script = started([sys.executable, "-c", code, "\x1b[2J"], "up")
+    one_line = "import time print('up', flush=True) while True: time.sleep(1) ?[2J"
+    assert busygpus.describe(script.pid).endswith(f"({python} -c {one_line})")
     both = busygpus.holder([(p.pid + 999_999, 4096), (p.pid, 4096)], 2048)
     assert both == said + " and 1 more"  # the lowest pid named: the same text read after read
 

@@ -679,7 +679,6 @@ class Checks:
         with open(base + ".log", "wb") as log:
             proc = subprocess.Popen([sys.executable, "-c", FOREIGN, base, str(mib)], env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
-        job = None
         try:
             wait_until(lambda: Path(base + ".context").exists() or proc.poll() is not None, 120,
                        "the foreign process to open its CUDA context")
@@ -703,7 +702,7 @@ class Checks:
             waiting = self.client.job(job["id"])
             reason = waiting.get("reason") or ""
             if waiting["state"] != "queued" or "held outside the scheduler" not in reason:
-                raise Fail(f"job {job['id']} is {waiting['state']} ({waiting.get('reason')}) beside a GPU "
+                raise Fail(f"job {job['id']} is {waiting['state']} ({reason}) beside a GPU "
                            f"held by process {proc.pid}")
         finally:
             Path(base + ".end").touch()
@@ -716,7 +715,7 @@ class Checks:
         done = self.wait_job(job["id"], 120)
         self.succeeded(done)
         return (f"a bare CUDA context ({context} MiB) left the GPU free; with {mib} MiB more the gpus route "
-                f"showed {shown[0]!r}, job {job['id']} waited ({waiting['reason']!r}) and succeeded "
+                f"showed {shown[0]!r}, job {job['id']} waited ({reason!r}) and succeeded "
                 f"{time.monotonic() - ended:.1f} s after the process ended")
 
     @staticmethod

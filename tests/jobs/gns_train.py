@@ -53,7 +53,7 @@ def main():
     w_star = torch.randn(D, dtype=torch.float64)
     model = torch.nn.Linear(D, 1, bias=False).double().to(DEVICE)
     with torch.no_grad():
-        model.weight.copy_((w_star + 0.3).unsqueeze(0).to(DEVICE))
+        model.weight.copy_((w_star + 0.3).unsqueeze(0))
     if dist is not None:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)

@@ -11,7 +11,8 @@ and its reports (`estimates.reports`) — identically live and in simulation —
   a job that adapts its batch size, goodput on a placement is at the batch size that maximises
   it within the job's bounds. Where nothing was measured, speed-up is linear (the fit has no data).
   Exploration cap (`max_gpus`): twice the largest GPU count the job has reported, at least its
-  minimum — a job grows by doubling as it is measured (Pollux).
+  minimum — a job grows by doubling as it is measured (Pollux); likewise an adaptive batch is
+  valued and chosen only up to twice the largest micro-batch measured (`trusted`).
   Work left: the declared progress (fraction done) and how fast it moved between reports on each
   configuration (`spans`): one unit of progress costs K goodput-seconds, K = sum(goodput(c) *
   seconds on c) / sum(progress on c); the work left is (1 - progress) * K. Without declared
@@ -93,6 +94,7 @@ class Estimate:
         seen = max(st.get("max_gpus", 0), prior.max_gpus if prior is not None else 0)
         self.measured = seen
         self.max_gpus: int | None = max(spec.requested, int(EXPLORE * seen))
+        self.max_micro = EXPLORE * _largest_micro(st, prior)  # `trusted`
         self.progress: float | None = st.get("progress")
         self.prior = prior
         self.key: Any = st.get("version", 0)
@@ -143,7 +145,20 @@ class Estimate:
         if not self.adaptive or lo >= self.bmax:
             return np.array([self.batch or self.b0], dtype=float)
         cands = np.unique(np.round(libm.geomspace(lo, self.bmax, BATCH_CANDIDATES)))
-        return cands
+        return cands[self.trusted(np.array([r]), cands)[0]]
+
+    def trusted(self, r: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """Which batch sizes (columns) on r GPUs (rows) the fitted step time may be believed at:
+        a micro-batch at most `EXPLORE` times the largest one measured (by the job or its
+        family), as for GPUs. Beyond the micro-batches measured the fit is a guess: a live job
+        timed at micro-batches 8 and 64 was sent to 1024 (two of 512), whose step took 0.115 s
+        where the fit said 0.021 s. The smallest candidate is always trusted."""
+        if not self.max_micro:
+            return np.ones((len(r), len(batch)), dtype=bool)
+        m, _ = configure(r[:, None], batch[None, :], self.lmax, self.b0)
+        ok = m <= self.max_micro
+        ok[:, 0] = True
+        return ok
 
     def goodput(self, shape: tuple[int, ...], batch: int | None = None) -> float:
         key = (shape, batch)
@@ -190,7 +205,8 @@ class Estimate:
             if self.adaptive:
                 cands = np.unique(np.round(libm.geomspace(self.b0, self.bmax, BATCH_CANDIDATES)))
                 g = self.goodput_matrix(nodes, n, cands)
-                return np.where(cands[None, :] >= n[:, None], g, 0.0).max(axis=1)
+                ok = (cands[None, :] >= n[:, None]) & self.trusted(n, cands)
+                return np.where(ok, g, 0.0).max(axis=1)
             return self.goodput_matrix(nodes, n, np.array([self.batch or self.b0], dtype=float))[:, 0]
         finally:
             self.grad = own
@@ -238,6 +254,14 @@ class Estimate:
             return None
         g = self.goodput(shape) if self.perf is not None else float(sum(shape))
         return w / g if g > 0 else None
+
+
+def _largest_micro(st: dict[str, Any], prior: Any) -> int:
+    """The largest micro-batch the job or its family ran at and timed (0: none)."""
+    keys = list(st.get("configs") or {})
+    if prior is not None and prior.configs:
+        keys += list(prior.configs)
+    return max((int(key.split(",")[2]) for key in keys), default=0)
 
 
 def _span(key: str, value: list) -> tuple[int, int, float, float, int | None, float | None]:

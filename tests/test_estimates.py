@@ -184,8 +184,8 @@ def test_best_batch_follows_the_gradient_noise():
 
 
 def test_a_batch_is_trusted_up_to_twice_the_largest_micro_batch_measured():
-    """Beyond the micro-batches measured the fitted step time is a guess (a live job measured at
-    8 and 32 went to 1024 at its second choice): an adaptive batch grows by doubling its
+    """Beyond the micro-batches measured the fitted step time is a guess (a live job timed at
+    micro-batches 8 and 64 went to 1024 at its second choice): an adaptive batch grows by doubling its
     micro-batch, as a job's GPUs do, however cheap the fit says a larger one is."""
     job = _job(batch_size=64, adaptive_batch=True)
     slow = PerfParams(alpha_c=0.5, beta_c=0.001, alpha_n=0.08, beta_n=0.01, alpha_r=0.02, beta_r=0.002,

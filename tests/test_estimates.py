@@ -160,6 +160,28 @@ def test_a_report_counts_for_the_seconds_it_covers_and_a_new_placement_settles_f
     assert estimate(job, 178.0).curve(2, 4)[2] == pytest.approx(float(truth), rel=0.1)
 
 
+def test_a_family_learns_only_the_placements_its_jobs_believed():
+    """A finished job's placement run on for under `SETTLE_S` (a resize undone seconds later: a
+    worker's warm-up) is not its family's measurement, as it was not its own; one run on long
+    enough is."""
+    from schedulearn.estimates.reports import SETTLE_S
+
+    spec = JobSpec(name="nb.ipynb:4", command=["python", "train.py"], batch_size=256)
+
+    def family_after(seconds_on_2):
+        done = Job(id=1, spec=spec, submit_time=0.0, state=JobState.succeeded, attained_base=100.0)
+        ingest(done, [_report(t, 1, 256) for t in range(1, 62)])
+        slow = {**_report(0, 1, 256), "num_gpus": 2, "step_time": 3 * TRUE.step_time(1, 2, 128)}
+        ingest(done, [{**slow, "t": 61.0 + i} for i in range(1, seconds_on_2 + 1)])
+        h = History()
+        h.add(done)
+        return h.prior(Job(id=2, spec=spec, submit_time=200.0)).configs
+
+    brief = family_after(int(SETTLE_S) // 4)
+    assert sorted(brief) == ["1,1,256,0"]  # before: the warm-up's step time on 2 GPUs too
+    assert sorted(family_after(int(SETTLE_S) + 5)) == ["1,1,256,0", "1,2,128,0"]
+
+
 # -- statistical efficiency and the batch size ------------------------------------------------------
 def test_efficiency_gain_is_pollux_formula():
     assert float(efficiency_gain(1.0, 0.0, 512, 128)) == pytest.approx(1.0)  # no noise: no gain

@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import pauses
 from ..model import Job, JobState
+from . import reports
 
 #: Feature subsets, most specific first; a job matches a level if it has every feature of it.
 LEVELS: tuple[tuple[str, ...], ...] = (
@@ -166,7 +167,8 @@ def family(job: Job) -> tuple:
 
 class Prior:
     """What the finished jobs of a family measured: step times per configuration (nodes, GPUs,
-    micro-batch, accumulation) as in `reports.state(job)["configs"]`, the most GPUs seen, and —
+    micro-batch, accumulation) as in `reports.state(job)["configs"]` (those each job believed:
+    `reports.configs`), the most GPUs seen, and —
     for jobs that succeeded having reported progress and gradient statistics — along their run, per
     stretch of progress (`reports.PATH_BINS`), the work one unit of progress cost them
     (`work_path`, goodput-seconds: the same for every run of one training recipe) and their
@@ -186,7 +188,10 @@ class Prior:
         self.work_path: dict[int, float] = {}  # stretch -> goodput-seconds per unit of progress
 
     def add(self, state: dict, work_per_progress: float | None = None) -> None:
-        for key, (n, step, comp) in (state.get("configs") or {}).items():
+        """Fold in a finished job's reports (`reports.state`): the step times of the placements
+        it believed (`reports.configs`: run on for `SETTLE_S` or more, unless none was — a
+        placement left seconds after a resize timed a worker's warm-up, not its speed)."""
+        for key, (n, step, comp) in reports.configs(state).items():
             old = self.configs.get(key)
             if old is None:
                 self.configs[key] = [n, step, comp]

@@ -402,7 +402,7 @@ class DockerExecutor(RunExecutor):
             cuda = " ".join(f"{where[k.partition('@')[2]]}:{v.strip()}" if "@" in k else
                             f"{next(iter(alloc))}:{v.strip()}" for k, v in files.items() if k != "hosts")
             self._append_log(run, resized_line(run.restarts, was, n, cuda if len(alloc) > 1 else
-                                               files[GPUS_FILE].strip()))
+                                               files[GPUS_FILE].strip(), horovod=True))
             if n < was:
                 self._wait_removed(run, old, alloc)
                 self._released(run.job_id)

@@ -298,9 +298,22 @@ def exit_line(restarts: int, code: int | None, reason: str) -> str:
             f"{': ' + reason if reason else ''} ===\n")
 
 
-def resized_line(restarts: int, was: int, now: int, cuda: str) -> str:
+#: what a Horovod Elastic worker whose slot a shrink removed prints as it ends (C++ `terminate`
+#: in its background thread, SIGABRT): the driver ignores that exit, the job trains on
+HOROVOD_REMOVED = "has been removed from elastic job"
+
+
+def resized_line(restarts: int, was: int, now: int, cuda: str, horovod: bool = False) -> str:
+    """The marker of a resize in place; a Horovod shrink says what its removed workers print
+    next (`terminate called ... has been removed from elastic job`, `Aborted`, `exit with status
+    code 134`, three lines each): how Horovod Elastic ends a worker, which reads like a crash."""
+    note = ""
+    if horovod and now < was:
+        n = was - now
+        note = (f"; Horovod Elastic ends the {n} removed worker{'s' if n > 1 else ''} with "
+                f"'{HOROVOD_REMOVED}' and exit code 134: expected, not an error")
     return (f"{joblogs.MARKER} run #{restarts} resized in place: {was} -> {now} GPUs, "
-            f"CUDA_VISIBLE_DEVICES={cuda} ===\n")
+            f"CUDA_VISIBLE_DEVICES={cuda}{note} ===\n")
 
 
 def reattached_line(restarts: int, what: str) -> str:

@@ -160,6 +160,16 @@ def test_a_report_counts_for_the_seconds_it_covers_and_a_new_placement_settles_f
     assert estimate(job, 178.0).curve(2, 4)[2] == pytest.approx(float(truth), rel=0.1)
 
 
+def test_a_job_that_reports_only_progress_is_trusted_up_to_twice_the_gpus_it_ran_on():
+    """`elastic.report(progress=...)` alone (no step times) still measures the job's rate on its
+    GPUs: the exploration cap counts them (before: its request, 1, whatever it ran on)."""
+    job = _job()
+    ingest(job, [{"t": 10.0 + i, "num_gpus": 2, "progress": 0.01 * i} for i in range(5)])
+    est = estimate(job, 15.0)
+    assert est.perf is None and est.progress == pytest.approx(0.04)
+    assert est.max_gpus == 4
+
+
 def test_a_family_learns_only_the_placements_its_jobs_believed():
     """A finished job's placement run on for under `SETTLE_S` (a resize undone seconds later: a
     worker's warm-up) is not its family's measurement, as it was not its own; one run on long

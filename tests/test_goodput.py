@@ -224,6 +224,20 @@ def test_a_new_auto_job_grows_by_doubling_as_far_as_its_measured_speedup_pays():
     assert job.size == 1  # slower on 2 GPUs than on 1: back to 1, and no further growth
 
 
+def test_a_job_switched_to_goodput_keeps_the_gpus_it_runs_on_beyond_what_it_measured():
+    """A lone auto job that `elastic-fifo` grew to all 4 GPUs has measured nothing: switched to
+    `goodput`, its exploration cap (twice what it measured, at least what it asked for: 1) is
+    below what it runs on. It keeps its 4 (before: shrunk to 1, a restart, 3 GPUs left idle)."""
+    engine = Engine(parse_cluster("1x4"), "elastic-fifo", SimExecutor())
+    job = engine.submit(JobSpec(gpus="auto", max_gpus=4, duration=1e6, batch_size=256), now=0.0)
+    engine.round(0.0)
+    assert job.size == 4
+    engine.set_policy("goodput")
+    engine.executor.advance(600.0)
+    engine.round(600.0)
+    assert job.size == 4 and job.restarts == 0
+
+
 @pytest.mark.parametrize("progress, grows", [((0.50, 0.99), False), ((0.01, 0.02), True)])
 def test_a_job_seconds_from_its_end_is_not_grown(progress, grows):
     """Growing pays only where the time saved beats `hysteresis` times the restart: a job whose

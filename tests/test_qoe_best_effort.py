@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from schedulearn.estimates import estimate, ingest
-from schedulearn.model import Job, JobSpec, parse_cluster
+from schedulearn.model import Job, JobSpec, JobState, parse_cluster
 from schedulearn.policies.base import RoundContext
 from schedulearn.policies.qoe import QoE
 from schedulearn.sim.simulate import simulate
@@ -285,3 +285,29 @@ def test_with_deadlines_in_play_qoe_lends_no_idle_gpus(policy, grows):
     engine.wake()
     engine.round(60.0)
     assert job.size == (2 if grows else 1)
+
+
+def test_a_deadline_job_reporting_only_progress_keeps_its_gpus_when_it_runs_late():
+    """Seen live (`schedulearn serve --virtual-gpus 4 --policy qoe`): a `--gpus auto --deadline 2m`
+    job that reports only its progress ran on 2 GPUs beside a best-effort job and a job past its
+    deadline; a minute in, a few seconds behind, no size made it any more, and it was shrunk to
+    1 GPU (a restart) while the 4th stood idle: with no step times its exploration cap was its
+    request, 1. Now it keeps its 2 (`test_estimates`, `test_goodput`: the two causes)."""
+    def running(i, deadline, gpus, units, now, rate=1.0):
+        spec = JobSpec(name=f"j{i}", command=["x"], gpus="auto", max_gpus=4, deadline=deadline)
+        job = Job(id=i, spec=spec, submit_time=0.0, state=JobState.running)
+        job.set_alloc({"vm": tuple(range(gpus))}, 0.5)
+        ingest(job, [{"t": 1.5 + 0.5 * k, "num_gpus": gpus, "progress": rate * gpus * (1.5 + 0.5 * k) / units}
+                     for k in range(int((now - 1.5) / 0.5))])
+        return job
+
+    now = 59.0
+    late = running(5, 120.0, 2, 240, now, rate=0.95)  # on 2 GPUs: ends ~7 s past its deadline
+    jobs = {j.id: j for j in (late, running(6, 30.0, 1, 2000, now), running(7, None, 1, 600, now))}
+    policy = QoE()
+    ctx = RoundContext(now, parse_cluster("1x4"), [], jobs, jobs, {i: j.size for i, j in jobs.items()}, 4)
+    n, secs = policy.needs(late, ctx, 4)
+    assert n == 2 and 120.0 - now < secs < 120.0 - now + 10.0  # late by under 10 s on its 2 GPUs
+    wants = {job.id: n for job, n in policy.schedule(ctx)}
+    assert wants == {5: 2, 6: 1, 7: 1}, wants
+

@@ -215,7 +215,8 @@ def _fold(st: dict[str, Any], rec: dict[str, Any], epochs: int | None) -> None:
         if len(span) < 4:  # kept before the efficiency was: counted at today's from here on
             span.append(None)
         dt = t - last[0]
-        span[0] += dt
+        st["max_gpus"] = max(st.get("max_gpus", 0), r)  # its rate there measured, step times or
+        span[0] += dt  # not (a job that reports only progress ran on 2 GPUs, and was capped at 1)
         span[1] += p - last[1]
         span[2] = b
         if span[3] is not None:

@@ -203,8 +203,8 @@ class Goodput(Policy):
         now = ctx.now
         est = estimate(job, now, ctx.history)
         top = job.spec.max_size(ctx.capacity)
-        if est.max_gpus is not None:
-            top = max(job.spec.min_size, min(top, est.max_gpus))
+        if est.max_gpus is not None:  # (never below what it runs on: that is being measured)
+            top = max(job.spec.min_size, min(top, max(est.max_gpus, job.size)))
         key = (est.key, top, per_node)
         cached = self._curves.get(job.id)
         if cached is None or cached[0] != key or est.key is None:

@@ -305,8 +305,9 @@ HOROVOD_REMOVED = "has been removed from elastic job"
 
 def resized_line(restarts: int, was: int, now: int, cuda: str, horovod: bool = False) -> str:
     """The marker of a resize in place; a Horovod shrink says what its removed workers print
-    next (`terminate called ... has been removed from elastic job`, `Aborted`, `exit with status
-    code 134`, three lines each): how Horovod Elastic ends a worker, which reads like a crash."""
+    next (`terminate called after throwing ...`, `what(): ... has been removed from elastic job`,
+    `Aborted`, then horovodrun's `Process N exit with status code 134.`): how Horovod Elastic ends
+    a worker, which reads like a crash (docs/resize.md)."""
     note = ""
     if horovod and now < was:
         n = was - now

@@ -310,4 +310,3 @@ def test_a_deadline_job_reporting_only_progress_keeps_its_gpus_when_it_runs_late
     assert n == 2 and 120.0 - now < secs < 120.0 - now + 10.0  # late by under 10 s on its 2 GPUs
     wants = {job.id: n for job, n in policy.schedule(ctx)}
     assert wants == {5: 2, 6: 1, 7: 1}, wants
-

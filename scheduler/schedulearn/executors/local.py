@@ -256,7 +256,7 @@ class LocalExecutor(RunExecutor):
         nodes = {x.name: x for x in self.engine.nodes} if self.engine is not None else {}
         cuda = elastic_files(alloc, nodes, self.use_uuids)["gpus"].strip()
         self._append_log(run, resized_line(run.restarts, was, n, cuda,
-                                           Launcher(job.spec.launcher) is Launcher.horovod))
+                                           horovod=Launcher(job.spec.launcher) is Launcher.horovod))
         if n < was:  # the GPUs are free once the workers of the removed slots are gone
             pids = _slot_pids(self.job_dir(job.id) / WORKERS_DIR, n)
             removed = {p: _start_time(p) for p in pids if _descends_from(p, run.pid)}

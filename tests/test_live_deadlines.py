@@ -5,7 +5,8 @@ The jobs (tests/jobs/deadline_work.py) run at a speed proportional to their GPUs
 progress, and resume from their own checkpoint when a resize restarts them. `loose` asks for 2
 GPUs with ten minutes to spare; `tight` asks for 1 but needs 32 s of work on one GPU done within
 30 s. From its first progress reports the policy works out that it needs more and gives it more
-(taking from `loose`, which can spare them), and it makes its deadline; so does `loose`. A third
+(taking from `loose`, which can spare them), and it makes its deadline; so does `loose`. Its
+restarts' pauses are measured from its progress reports (it reports no step times). A third
 job like `tight` (same name: the history knows what it needs) with a deadline of 4 s cannot make
 it on any size: the scheduler says `will_miss` in the answer to its submission and in an event.
 """
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from schedulearn import pauses
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import JobState, virtual_cluster
@@ -57,6 +59,11 @@ def test_the_tight_job_gets_what_it_needs_and_an_infeasible_one_is_flagged_at_su
             assert sizes[0] == 1 and max(sizes) >= 2, sizes  # what it asked for, then what it needs
             assert tight.end_time <= tight.spec.deadline, (tight.end_time - tight.spec.deadline, sizes)
             assert eng.job_dict(tight, time.time())["deadline_status"] == "met"
+            # its restarts, priced by the pauses measured from its progress reports alone (a
+            # process restart here: about a second)
+            measured = pauses.measured(tight, False)
+            assert measured and all(0 <= p < 10 for p in measured), measured
+            assert [e for e in events if e["event"] == "resize_pause" and e["job"]["id"] == tight.id]
             assert eng.job_dict(loose, time.time())["deadline_status"] == "met"
             # like `tight`, which needed 32 GPU-seconds: 8 s on 4 GPUs at best, and it has 4
             submitted = time.time()

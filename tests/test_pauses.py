@@ -53,6 +53,40 @@ def test_a_report_of_several_steps_ended_its_first_that_many_steps_earlier():
     assert pauses.measure(mark, [before, many])["pause_s"] == 0.0
 
 
+def _progress(*rows):
+    """Progress-only reports (t, progress, num_gpus, restart), as `report(progress=...)` writes."""
+    return [{"t": t, "progress": p, "num_gpus": n, "restart": r} for t, p, n, r in rows]
+
+
+def test_a_job_reporting_only_progress_measures_its_pause_to_where_it_was():
+    """No step times: the pause runs from the last report before the resize to when the new run
+    was back at that progress — its first report past it, less the work beyond it at the rate of
+    the next report (seen live: such a job restarted in about 1 s was priced at the flat 30 s
+    for its whole run, never measured)."""
+    mark = pauses.pending(10.0, 1, 2, 1, False)
+    old = _progress((8.0, 0.10, 1, 0), (9.5, 0.12, 1, 0), (10.2, 0.13, 1, 0))  # the last after the mark
+    start = _progress((11.0, 0.12, 2, 1))  # the new run starts from its checkpoint: not past 0.13
+    recs = [*old, *start, *_progress((12.0, 0.15, 2, 1), (13.0, 0.19, 2, 1))]
+    got = pauses.measure(mark, recs)
+    # back at 0.13 at 12.0 - 0.02 / 0.04 per s = 11.5 s: 1.3 s after its last report at 10.2
+    assert got["pause_s"] == pytest.approx(1.3) and got["in_place"] is False and got["to"] == 2
+    assert got["last_step_t"] == 10.2 and got["first_step_t"] == pytest.approx(11.5)
+    assert pauses.measure(mark, recs[:-1]) is None  # one report past it: no rate yet
+    assert pauses.measure(mark, recs[2:]) is not None  # the old run's last report, after the mark
+    assert pauses.measure(mark, recs[3:]) is None  # none before it
+    slow = [*old, *start, *_progress((14.0, 0.135, 2, 1), (24.0, 0.335, 2, 1))]
+    assert pauses.measure(mark, slow)["pause_s"] == pytest.approx(14.0 - 0.25 - 10.2)
+    epochs = [{**r, "progress": None, "epoch": round(r["progress"] * 100)} for r in recs]
+    assert pauses.measure(mark, epochs) is None  # its fraction done is read by `progress`
+    got = pauses.measure(mark, epochs, lambda r: r["epoch"] / 100)
+    assert got["pause_s"] == pytest.approx(1.3)
+    in_place = pauses.pending(10.0, 2, 4, 0, True)
+    grown = _progress((9.0, 0.5, 2, 0), (10.5, 0.52, 4, 0), (11.0, 0.54, 4, 0))
+    assert pauses.measure(in_place, grown)["pause_s"] == pytest.approx(1.5 - 0.02 / 0.04)
+    stepped = [*_steps((9.0, 1, 0)), *recs]  # a job with step times: its steps tell, not its progress
+    assert pauses.measure(mark, stepped) is None
+
+
 def test_price_is_the_median_of_the_kind_the_next_resize_will_be():
     spec = JobSpec(command=["x"], launcher="horovod", gpus="auto", resize="in-place")
     job = Job(id=1, spec=spec, submit_time=0.0)
@@ -168,6 +202,25 @@ def test_engine_books_a_resize_in_place_as_no_restart(tmp_path, in_place):
     assert stored.restarts == a.restarts
     assert stored.extra[pauses.RESIZE_PAUSES_KEY] == a.extra[pauses.RESIZE_PAUSES_KEY]
     store.close()
+
+
+def test_a_simulated_job_reporting_only_progress_measures_its_pause_as_live():
+    """An elastic rigid run in the simulator reports only its progress; its pause is measured from
+    those reports (its report at the resize, then two of the new run), as a live job's is — the
+    simulated restart's 12 s, which the policy is never told."""
+    eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=SimExecutor(12.0, report_every=5.0))
+    a = eng.submit(_elastic(None), now=0.0)
+    eng.round(0.0)
+    b = eng.submit({"gpus": 1, "duration": 500.0}, now=60.0)
+    eng.executor.advance(60.0)
+    eng.round(60.0)
+    assert a.size == 1 and b.size == 1 and pauses.PENDING_KEY in a.extra
+    for t in range(65, 90, 5):
+        eng.executor.advance(float(t))
+        if t < 80:  # reports at 75 and 80 (its pause ends at 72)
+            assert pauses.PENDING_KEY in a.extra and not pauses.measured(a, False)
+    assert pauses.measured(a, False) == [pytest.approx(12.0)]
+    assert eng.restart_price(a) == pytest.approx(12.0)
 
 
 def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_path):

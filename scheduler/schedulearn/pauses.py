@@ -10,8 +10,12 @@ the report just before it, the last step at the old one. The pause is the time b
 two: from the end of the last step before the resize to the end of the first step after it (so
 it holds one step at the new size, on both sides of a comparison; a report covering several
 steps, `timed_steps`, ended its first one that many less one step times before its own time).
-The engine keeps the last `KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and records
-a `resize_pause` event.
+A job that reports only its progress (`report(progress=...)`, no step times) has no steps to
+go by: its pause runs from its last report before the resize (progress p0) to when the new
+configuration had done p0 again — its first report past p0, less the work beyond p0 in it at
+the rate of its next report (so it needs two; work redone from an older checkpoint counts as
+pause). The engine keeps the last `KEEP_PAUSES` per kind in `job.extra[RESIZE_PAUSES_KEY]` and
+records a `resize_pause` event.
 
 `price(job, default, family)` is the cost in seconds a policy charges for the job's next resize:
 the median of its measured pauses of the kind its next resize will be (in place once it — or a
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .model import Job, JobState
@@ -63,23 +67,62 @@ def _after(rec: dict[str, Any], mark: dict[str, Any]) -> bool:
     return rec.get("restart") == mark["run"]
 
 
-def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]],
+            progress: Callable[[dict[str, Any]], float | None] | None = None) -> dict[str, Any] | None:
     """The pause of the resize `mark` from the job's reports (oldest first): the time from the
     last step before it to the first step after it, or None while that step has not come.
-    Reports that carry no step time (progress only) are not steps and are skipped."""
-    before = None
+    Reports that carry no step time (progress only) are not steps; where the job reported no
+    step at all, its progress reports tell the pause (`_progress_pause`; `progress` reads a
+    report's fraction done, its `progress` field by default)."""
+    before, stepped, timed = None, False, []
     for rec in records:
         t = rec.get("t")
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
-                or rec.get("step_time") is None:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
             continue
+        timed.append(rec)
+        if rec.get("step_time") is None:
+            continue
+        stepped = True
         if t > mark["t"] and _after(rec, mark):
             if before is None:
                 return None
             t = max(_first_step_end(rec, t), before["t"])
-            return {"pause_s": round(t - before["t"], 3), "in_place": bool(mark["in_place"]),
-                    "from": mark["from"], "to": mark["to"], "last_step_t": before["t"], "first_step_t": t}
+            return _pause(mark, before["t"], t)
         before = rec
+    return None if stepped else _progress_pause(mark, timed, progress or _progress)
+
+
+def _pause(mark: dict[str, Any], last: float, first: float) -> dict[str, Any]:
+    return {"pause_s": round(first - last, 3), "in_place": bool(mark["in_place"]),
+            "from": mark["from"], "to": mark["to"], "last_step_t": last, "first_step_t": first}
+
+
+def _progress(rec: dict[str, Any]) -> float | None:
+    p = rec.get("progress")
+    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+    return float(p) if ok else None
+
+
+def _progress_pause(mark: dict[str, Any], records: list[dict[str, Any]],
+                    progress: Callable[[dict[str, Any]], float | None]) -> dict[str, Any] | None:
+    """The pause of a job that reports only its progress: from its last report before the
+    resize (t0, p0) to the time its new configuration reached p0 — its first report past p0
+    (t1, p1) less (p1 - p0) at the rate of the next one (t2, p2). None until both came."""
+    last = first = None  # (t0, p0), the old configuration's last; (t1, p1), the new one's first
+    for rec in records:
+        p, t = progress(rec), float(rec["t"])
+        if p is None:
+            continue
+        if t <= mark["t"] or not _after(rec, mark):
+            last = (t, p)  # (the old run's reports may come after the mark)
+        elif last is None:
+            return None  # nothing reported before the resize
+        elif first is None:
+            if p > last[1]:
+                first = (t, p)
+        elif p > first[1] and t > first[0]:
+            took = (first[1] - last[1]) * (t - first[0]) / (p - first[1])  # its work past p0
+            return _pause(mark, last[0], max(first[0] - took, last[0]))
     return None
 
 

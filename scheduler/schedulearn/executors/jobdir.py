@@ -218,12 +218,13 @@ class JobDirExecutor(Executor):
     def advance(self, now: float) -> None:
         """Before every round: pick up the step times running jobs reported with
         `schedulearn.elastic.report` (what the goodput policy sizes them by), and measure the
-        pause of a resize from them once the first step after it is there (`pauses.measure`)."""
+        pause of a resize from them once the first step after it is there (`pauses.measure`; for a
+        job that reports only its progress, once it passed where it was)."""
         if self.engine is None:
             return
         from .. import pauses
         from ..estimates import refresh
-        from ..estimates.reports import load_reports
+        from ..estimates.reports import load_reports, progress_of
 
         for job in list(self.engine.running.values()):
             path = self.job_dir(job.id) / METRICS_FILE
@@ -234,7 +235,8 @@ class JobDirExecutor(Executor):
             if mark is None:
                 continue
             before = job.extra.get("_step_before")  # the last step of the reports read before
-            pause = pauses.measure(mark, [before, *new] if before else load_reports(path))
+            pause = pauses.measure(mark, [before, *new] if before else load_reports(path),
+                                   lambda r, e=job.spec.epochs: progress_of(r, e))
             if pause is not None:
                 self.engine.resize_paused(job.id, pause, now)
             elif now - mark["t"] > pauses.GIVE_UP_S:

@@ -22,7 +22,9 @@ told either. Like a live job, the simulated one has a last step before the resiz
 on the old placement) and a first step after it (one step time, on the new placement, after its
 pause ends); once that step is past, the executor measures the pause from the two
 (`pauses.measure`) and hands it to the engine (`Engine.resize_paused`: the `resize_pause` event and
-the measurements `pauses.price` charges the job's next resize) — the live executors' path.
+the measurements `pauses.price` charges the job's next resize) — the live executors' path. A job
+that reports only its progress (an elastic rigid run) has its report at the resize and those it
+writes after it, and its pause is measured from them once two came, as live.
 
 `estimates="oracle"` (an upper bound for comparison, never the headline) hands the estimator the
 job model itself (`sim.oracle`) instead; reports are emitted either way.
@@ -39,7 +41,7 @@ import functools
 import heapq
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import estimates, pauses
@@ -110,6 +112,7 @@ class _Run:
     version: int = 0
     reported: float = -math.inf
     before: dict | None = None  # the last step before a resize whose pause is not measured yet
+    after: list = field(default_factory=list)  # progress-only: its reports since that resize
     shape: tuple[int, ...] = ()  # GPUs per node of the placement it runs on (set by `_plan`:
     # a move that finds no GPUs empties `job.alloc` before the engine stops the job, whose
     # progress and last report are still those of the placement it had)
@@ -220,6 +223,7 @@ class SimExecutor(Executor):
         self._sync(run, now)  # progress so far was made on the old allocation (`run.shape`)
         if now >= run.ready:  # it has stepped since its last (re)start: its last step is now
             run.before = self._step(run, now)  # (else the pending resize's last step stays the last)
+        run.after = []
         run.ready = now + (self.restart_penalty if penalty is None else penalty)
         run.bsz = self._batch(job, now)
         self._plan(run)
@@ -235,11 +239,14 @@ class SimExecutor(Executor):
 
     def _step(self, run: _Run, t: float) -> dict | None:
         """The step record the job writes at `t` on its current placement (its true step time;
-        None for a model that reports no step time)."""
-        shape = run.shape
-        step = run.model.report(run.progress, shape, run.bsz).get("step_time") if run.reports else None
-        if step is None:
+        for a model that reports no step time its progress; None for one that does not report)."""
+        if not run.reports:
             return None
+        shape = run.shape
+        rec = run.model.report(run.progress, shape, run.bsz)
+        step = rec.get("step_time")
+        if step is None:
+            return {"t": t, "progress": rec["progress"], "num_gpus": sum(shape), "restart": run.job.restarts}
         return {"t": t, "step_time": step, "num_gpus": sum(shape), "restart": run.job.restarts}
 
     def _measure(self, run: _Run, now: float) -> None:
@@ -253,10 +260,15 @@ class SimExecutor(Executor):
         if after is None:
             run.before = None
             return
-        after["t"] = run.ready + after["step_time"]  # its first step ends one step after the pause
-        if after["t"] > now:
-            return
-        pause = pauses.measure(mark, [run.before, after])
+        if "step_time" in after:
+            after["t"] = run.ready + after["step_time"]  # its first step ends one step after the pause
+            if after["t"] > now:
+                return
+            pause = pauses.measure(mark, [run.before, after])
+        else:  # progress only: from the reports it wrote since (None until two are past it)
+            pause = pauses.measure(mark, [run.before, *run.after])
+            if pause is None:
+                return
         run.before = None
         if pause is not None:
             assert self.engine is not None
@@ -324,6 +336,8 @@ class SimExecutor(Executor):
             rec["timed_steps"] = max((now - max(run.ready, run.reported)) / rec["step_time"], 1.0)
         estimates.ingest(job, [rec])
         run.reported = now
+        if run.before is not None and "step_time" not in rec:
+            run.after.append(rec)  # (a progress-only job's pause is measured from them)
 
     def _last_report(self, run: _Run, now: float, finished: bool = False) -> None:
         """A run that ends (done, or stopped) reports what it did since its last report: a live

@@ -310,3 +310,29 @@ def test_a_deadline_job_reporting_only_progress_keeps_its_gpus_when_it_runs_late
     assert n == 2 and 120.0 - now < secs < 120.0 - now + 10.0  # late by under 10 s on its 2 GPUs
     wants = {job.id: n for job, n in policy.schedule(ctx)}
     assert wants == {5: 2, 6: 1, 7: 1}, wants
+
+
+@pytest.mark.parametrize("units, grows", [(240, True), (60, False)])
+def test_a_deadline_job_running_behind_takes_the_gpu_nobody_takes(units, grows):
+    """Seen live (`schedulearn serve --virtual-gpus 4 --policy qoe`): a `--deadline 2m` job of 240
+    GPU-seconds on 1 GPU, measured there (trusted up to 2), needed 4 with no time to spare; its
+    plan keeps a running job's size rather than chase such a size with a restart, and with
+    deadlines in play nothing is lent, so it kept 1 GPU for 90 s beside an idle one and missed
+    by 46 s. Now the GPU nobody takes goes to it (a job on track is left as it is)."""
+    def running(i, deadline, units, now):
+        spec = JobSpec(name=f"j{i}", command=["x"], gpus="auto", max_gpus=4, deadline=deadline)
+        job = Job(id=i, spec=spec, submit_time=0.0, state=JobState.running)
+        job.set_alloc({"vm": (i - 5,)}, 0.5)
+        ingest(job, [{"t": 0.5 * k, "num_gpus": 1, "progress": 0.5 * k / units}
+                     for k in range(1, int(2 * now))])
+        return job
+
+    now = 20.0
+    late = running(5, 120.0, units, now)
+    jobs = {j.id: j for j in (late, running(6, 10.0, 2000, now), running(7, None, 600, now))}
+    policy = QoE()
+    ctx = RoundContext(now, parse_cluster("1x4"), [], jobs, jobs, {i: j.size for i, j in jobs.items()}, 4)
+    if grows:  # 4 GPUs make it with no time to spare, 2 (its cap) do not: it keeps its 1 in the plan
+        assert policy.needs(late, ctx, 4)[0] == 1
+    wants = {job.id: n for job, n in policy.schedule(ctx)}
+    assert wants == {5: 2 if grows else 1, 6: 1, 7: 1}, wants

@@ -77,8 +77,8 @@ def test_a_job_reporting_only_progress_measures_its_pause_to_where_it_was():
     slow = [*old, *start, *_progress((14.0, 0.135, 2, 1), (24.0, 0.335, 2, 1))]
     assert pauses.measure(mark, slow)["pause_s"] == pytest.approx(14.0 - 0.25 - 10.2)
     epochs = [{**r, "progress": None, "epoch": round(r["progress"] * 100)} for r in recs]
-    assert pauses.measure(mark, epochs) is None  # its fraction done is read by `progress`
-    got = pauses.measure(mark, epochs, lambda r: r["epoch"] / 100)
+    assert pauses.measure(mark, epochs) is None  # its epochs in all: the spec's, given
+    got = pauses.measure(mark, epochs, epochs=100)
     assert got["pause_s"] == pytest.approx(1.3)
     in_place = pauses.pending(10.0, 2, 4, 0, True)
     grown = _progress((9.0, 0.5, 2, 0), (10.5, 0.52, 4, 0), (11.0, 0.54, 4, 0))

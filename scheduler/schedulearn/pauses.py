@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .model import Job, JobState
@@ -68,12 +68,12 @@ def _after(rec: dict[str, Any], mark: dict[str, Any]) -> bool:
 
 
 def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]],
-            progress: Callable[[dict[str, Any]], float | None] | None = None) -> dict[str, Any] | None:
+            epochs: int | None = None) -> dict[str, Any] | None:
     """The pause of the resize `mark` from the job's reports (oldest first): the time from the
     last step before it to the first step after it, or None while that step has not come.
     Reports that carry no step time (progress only) are not steps; where the job reported no
-    step at all, its progress reports tell the pause (`_progress_pause`; `progress` reads a
-    report's fraction done, its `progress` field by default)."""
+    step at all, its progress reports tell the pause (`_progress_pause`; a report's fraction
+    done as the estimates read it, `epochs` its spec's)."""
     before, stepped, timed = None, False, []
     for rec in records:
         t = rec.get("t")
@@ -89,7 +89,7 @@ def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]],
             t = max(_first_step_end(rec, t), before["t"])
             return _pause(mark, before["t"], t)
         before = rec
-    return None if stepped else _progress_pause(mark, timed, progress or _progress)
+    return None if stepped else _progress_pause(mark, timed, epochs)
 
 
 def _pause(mark: dict[str, Any], last: float, first: float) -> dict[str, Any]:
@@ -97,20 +97,16 @@ def _pause(mark: dict[str, Any], last: float, first: float) -> dict[str, Any]:
             "from": mark["from"], "to": mark["to"], "last_step_t": last, "first_step_t": first}
 
 
-def _progress(rec: dict[str, Any]) -> float | None:
-    p = rec.get("progress")
-    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
-    return float(p) if ok else None
-
-
 def _progress_pause(mark: dict[str, Any], records: list[dict[str, Any]],
-                    progress: Callable[[dict[str, Any]], float | None]) -> dict[str, Any] | None:
+                    epochs: int | None) -> dict[str, Any] | None:
     """The pause of a job that reports only its progress: from its last report before the
     resize (t0, p0) to the time its new configuration reached p0 — its first report past p0
     (t1, p1) less (p1 - p0) at the rate of the next one (t2, p2). None until both came."""
+    from .estimates.reports import progress_of  # (here: the estimates import this module)
+
     last = first = None  # (t0, p0), the old configuration's last; (t1, p1), the new one's first
     for rec in records:
-        p, t = progress(rec), float(rec["t"])
+        p, t = progress_of(rec, epochs), float(rec["t"])
         if p is None:
             continue
         if t <= mark["t"] or not _after(rec, mark):

@@ -224,7 +224,7 @@ class JobDirExecutor(Executor):
             return
         from .. import pauses
         from ..estimates import refresh
-        from ..estimates.reports import load_reports, progress_of
+        from ..estimates.reports import load_reports
 
         for job in list(self.engine.running.values()):
             path = self.job_dir(job.id) / METRICS_FILE
@@ -235,8 +235,7 @@ class JobDirExecutor(Executor):
             if mark is None:
                 continue
             before = job.extra.get("_step_before")  # the last step of the reports read before
-            pause = pauses.measure(mark, [before, *new] if before else load_reports(path),
-                                   lambda r, e=job.spec.epochs: progress_of(r, e))
+            pause = pauses.measure(mark, [before, *new] if before else load_reports(path), job.spec.epochs)
             if pause is not None:
                 self.engine.resize_paused(job.id, pause, now)
             elif now - mark["t"] > pauses.GIVE_UP_S:

@@ -117,7 +117,7 @@ class Goodput(Policy):
         GPUs gives t·(1 − S(n)/S(m)) of at least `hysteresis` times the resize's price, t no
         longer than the loan is expected to last (until the next arrival). The GPUs left."""
         best: dict[Job, tuple[bool, float, int]] = {}  # job -> (resized anyway, gain, size)
-        loan = self.loan_window / max(len(self._arrivals), 1)
+        loan = self.loan_length()
         for job, v in value.items():
             n = size[job]
             if job.state is not JobState.running or not job.alloc or len(v) <= n + 1:
@@ -142,6 +142,11 @@ class Goodput(Policy):
                 left -= m - size[job]
                 size[job] = m
         return left
+
+    def loan_length(self) -> float:
+        """How long a loan of idle GPUs is expected to last: until the next arrival, at the rate
+        of the `loan_window`'s arrivals."""
+        return self.loan_window / max(len(self._arrivals), 1)
 
     def arrived(self, jobs: list[Job], now: float) -> None:
         """Note the jobs first seen this round (ids only grow) among the arrivals of the last

@@ -222,7 +222,7 @@ class QoE(Goodput):
         (seen live: a 2-minute job behind on 1 GPU of 4 kept it for 90 s beside an idle one, and
         missed by 46 s). The GPUs left."""
         now, behind = ctx.now, []
-        loan = self.loan_window / max(len(self._arrivals), 1)
+        loan = self.loan_length()
         for job, n in size.items():
             deadline = job.spec.deadline
             if (deadline is None or now >= deadline or job.id in self._dropped or n != job.size

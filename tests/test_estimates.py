@@ -254,22 +254,23 @@ def test_progress_from_fraction_epochs_or_steps():
 def test_work_left_from_progress_and_the_observed_rate():
     job = _job(batch_size=128)
     rate = 1 / 2000  # of the job per second, on 2 GPUs
-    ingest(job, [_report(t, 2, 128, progress=t * rate) for t in (100, 160, 220, 280)])
-    est = estimate(job, 280.0)
-    assert est.progress == pytest.approx(280 * rate)
-    left = (1 - 280 * rate) / rate
+    ingest(job, [_report(t, 2, 128, progress=t * rate) for t in (100, 400, 700, 1000)])
+    est = estimate(job, 1000.0)
+    assert est.progress == pytest.approx(1000 * rate)
+    left = (1 - 1000 * rate) / rate
     assert est.remaining_s((2,)) == pytest.approx(left, rel=1e-6)
     # elsewhere, through the fitted model: on 1 GPU by the ratio of goodputs
     ratio = est.goodput((2,)) / est.goodput((1,))
     assert est.remaining_s((1,)) == pytest.approx(left * ratio, rel=1e-6)
     assert est.total_s1() == pytest.approx(2000 * ratio, rel=1e-6)
-    # what users see, counted from the last report; past its end and silent since (a job hung
-    # after it, seen live at 5 %, showed `~0s left` for good): nothing to tell
+    # what users see, counted from the last report (one every 5 minutes: not silent within the
+    # hour); past its end and silent since (a job hung after it, seen live at 5 %, showed `~0s
+    # left` for good): nothing to tell
     job.state, job.alloc, job.since = JobState.running, {"n": (0, 1)}, 100.0
-    assert summary(job, 280.0 + left - 10)["eta_s"] == pytest.approx(10.0, abs=0.1)
-    assert summary(job, 280.0 + left + 30)["eta_s"] == 0.0
-    out = summary(job, 280.0 + left + 61)
-    assert "eta_s" not in out and "eta_basis" not in out and out["progress"] == pytest.approx(0.14)
+    assert summary(job, 1000.0 + left - 10)["eta_s"] == pytest.approx(10.0, abs=0.1)
+    assert summary(job, 1000.0 + left + 30)["eta_s"] == 0.0
+    out = summary(job, 1000.0 + left + 61)
+    assert "eta_s" not in out and "eta_basis" not in out and out["progress"] == pytest.approx(0.5)
 
 
 def test_a_job_that_stops_reporting_is_shown_silent():
@@ -301,6 +302,41 @@ def test_a_job_that_stops_reporting_is_shown_silent():
     once.state, once.alloc, once.since = JobState.running, {"n": (0, 1)}, 400.0
     assert "silent_s" not in summary(once, 10_000)
     assert "silent_s" not in summary(_job(batch_size=128), 10_000)
+
+
+def test_a_silent_job_is_not_counted_as_working_on():
+    """Seen: a deadline job hung at 30 % read `on track` up to its deadline, and its time left
+    counted down to `~0s`: the estimates counted every second since its last report as work done
+    at its rate. They now count it only until the job goes silent (`SILENT_S` after its last
+    report, here; ten times its gap between reports where that is longer): from then on its time
+    left stays what it would need were it to resume now, its deadline status follows the time
+    that runs out, it shows no time left; a report brings it back."""
+    from schedulearn.estimates.deadline import times_left, work_left_s1
+    from schedulearn.estimates.job import SILENT_S
+
+    # 1 % of its work every 10 s on 1 GPU (1,000 s in all), due at 2,000 s; hung at 30 % (300 s)
+    job = _job(batch_size=128, deadline=2000.0)
+    ingest(job, [_report(t, 1, 128, progress=t / 1000) for t in range(0, 310, 10)])
+    job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+
+    def left(now):
+        return work_left_s1(job, estimate(job, now), now)
+
+    assert left(300.0) == pytest.approx(700.0, rel=1e-3)
+    assert left(400.0) == pytest.approx(600.0, rel=1e-3)  # not silent yet: 100 s more of work
+    at = 300.0 + SILENT_S  # silent from then: no work counted past it, however long it stays
+    assert left(at + 1) == left(at + 1000) == pytest.approx(700.0 - SILENT_S, rel=1e-3)
+    late = at + 1000
+    assert times_left(job, estimate(job, late), 1, 4, late)[1] == pytest.approx(700 - SILENT_S, rel=1e-3)
+    status = {now: summary(job, now, None, 4, 4) for now in (310, 1200, 1500, 1900)}
+    assert status[310]["deadline_status"] == "on_track" and status[310]["eta_s"] == 690.0
+    assert status[1200]["deadline_status"] == "on_track"  # 520 s would still make it, resumed now
+    assert status[1500]["deadline_status"] == "at_risk"  # now only on more GPUs
+    assert status[1900]["deadline_status"] == "will_miss"  # before: `on_track`, 70 % left
+    assert all("eta_s" not in status[t] and status[t]["silent_s"] == t - 300 for t in (1200, 1500, 1900))
+    ingest(job, [_report(1500, 1, 128, progress=0.31)])  # it reports again (its rate now counts
+    assert left(1500.0) - left(1510.0) == pytest.approx(10.0, rel=1e-3)  # the hang): counted on
+    assert summary(job, 1510.0, None, 4, 4)["eta_s"] == pytest.approx(left(1510.0), abs=0.1)
 
 
 def test_progress_across_a_restart_is_not_a_rate():

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..model import Job, JobState
 from ..placement import placement_shape
-from .job import Estimate, estimate
+from .job import Estimate, estimate, unreported_s
 from .reports import PATH_BINS, nearest, path_bin
 
 #: seconds a (re)start costs before a job makes progress, where nothing says otherwise
@@ -65,11 +65,10 @@ def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = 
     if total is None:
         return None
     left = max(1.0 - p, 0.0) * total
-    last = est.st.get("last")
-    if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
+    if job.state is JobState.running and job.alloc and (since := unreported_s(est.st, job, now)) > 0:
         g1 = est.goodput((1,))  # less what it did since its last report, at its speed-up
         speedup = est.goodput(placement_shape(job.alloc)) / g1 if g1 > 0 else job.size
-        left = max(left - (now - last[0]) * speedup, 0.0)
+        left = max(left - since * speedup, 0.0)
     return left
 
 
@@ -193,10 +192,9 @@ def path_times(job: Job, est: Estimate, top: int, per_node: int, now: float) -> 
         return None
     scale = own_work_scale(est.st.get("path_work") or {}, prior.work_path)
     p = est.progress or 0.0
-    last = est.st.get("last")
-    if last is not None and job.state is JobState.running and job.alloc and now > last[0]:
+    if job.state is JobState.running and job.alloc and (since := unreported_s(est.st, job, now)) > 0:
         k = scale * nearest(prior.work_path, path_bin(p))
-        p = min(p + (now - last[0]) * est.goodput(placement_shape(job.alloc)) / k, 1.0)
+        p = min(p + since * est.goodput(placement_shape(job.alloc)) / k, 1.0)
     cache = est.path_goodputs
     total = np.zeros(top)
     here = path_bin(p)

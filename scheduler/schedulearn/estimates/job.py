@@ -366,16 +366,34 @@ def summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     return out
 
 
-def silent_for(st: dict[str, Any], job: Job, now: float) -> float | None:
-    """Seconds since a running job's last report, where that is past both `SILENT_S` and
-    `SILENT_TIMES` times its mean gap between reports (None otherwise, and for a job that never
-    reported twice in one run: one that does not report is not silent). Counted from its start
-    on its GPUs where that came later (a resized job takes time to report again)."""
+def silent_from(st: dict[str, Any], job: Job) -> float | None:
+    """When a running job counts as silent if it reports nothing more: `SILENT_S`, or
+    `SILENT_TIMES` times its mean gap between reports where that is longer, after its last report
+    (or its start on its GPUs, where that came later: a resized job takes time to report again).
+    None for a job that never reported twice in one run: one that does not report is not silent."""
     heard = st.get("heard")
     if not heard or heard[2] < 1:
         return None
-    quiet = now - max(heard[0], job.since)
-    return quiet if quiet > max(SILENT_S, SILENT_TIMES * heard[3] / heard[2]) else None
+    return max(heard[0], job.since) + max(SILENT_S, SILENT_TIMES * heard[3] / heard[2])
+
+
+def silent_for(st: dict[str, Any], job: Job, now: float) -> float | None:
+    """Seconds since a running job's last report (or its start on its GPUs) once it counts as
+    silent (`silent_from`); None before, and for a job that never reported twice in one run."""
+    at = silent_from(st, job)
+    return now - max(st["heard"][0], job.since) if at is not None and now > at else None
+
+
+def unreported_s(st: dict[str, Any], job: Job, now: float) -> float:
+    """Seconds since the job's last progress report that the estimates count as run at its rate
+    (the work it did since, not yet reported): until now, or until it went silent — a job hung
+    for 20 minutes has not worked on (seen: a deadline job hung at 30 % read `on track` up to its
+    deadline, its estimate counting the work of every second since its last report)."""
+    last = st.get("last")
+    if last is None:
+        return 0.0
+    at = silent_from(st, job)
+    return max((now if at is None else min(now, at)) - last[0], 0.0)
 
 
 def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
@@ -387,8 +405,9 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
     there is a rate, the pace of its run so far) or `history` (the predicted work of
     similar finished jobs, less its service; none once it has run longer than they took, rather
     than a time left of 0 that never passes); `silent_s` where it stopped reporting while it
-    runs (`silent_for`: a hung job, or a long stretch without reports such as an evaluation);
-    for a job with a deadline, its status
+    runs (`silent_for`: a hung job, or a long stretch without reports such as an evaluation) —
+    and then no `eta_s`: a countdown it does not follow is no time left (seen: a job hung at 30 %
+    counted down to `~0s left` with no report for 11 minutes); for a job with a deadline, its status
     (`estimates.deadline.status`, on up to the `capacity` GPUs it may use, a restart priced at
     `restart_s`: the policy's price; `deadline.RESTART_S` if None). Empty when nothing is known."""
     from ..placement import placement_shape
@@ -406,6 +425,7 @@ def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,
         return out
     if (quiet := silent_for(st, job, now)) is not None:
         out["silent_s"] = round(quiet)
+        return out
     est = estimate(job, now, history)
     shape = placement_shape(job.alloc)
     left = est.remaining_s(shape)

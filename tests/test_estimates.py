@@ -307,10 +307,11 @@ def test_a_job_that_stops_reporting_is_shown_silent():
 def test_a_silent_job_is_not_counted_as_working_on():
     """Seen: a deadline job hung at 30 % read `on track` up to its deadline, and its time left
     counted down to `~0s`: the estimates counted every second since its last report as work done
-    at its rate. They now count it only until the job goes silent (`SILENT_S` after its last
-    report, here; ten times its gap between reports where that is longer): from then on its time
-    left stays what it would need were it to resume now, its deadline status follows the time
-    that runs out, it shows no time left; a report brings it back."""
+    at its rate. They still do between reports, but not once the job went silent (`SILENT_S`
+    after its last report, here; ten times its gap between reports where that is longer): its
+    time left is then what it would need were it to resume now, its deadline status follows the
+    time running out, it shows no time left; a report brings it back. A job that hangs near its
+    end (less work left than the silence takes to show) no longer counts as done for good."""
     from schedulearn.estimates.deadline import times_left, work_left_s1
     from schedulearn.estimates.job import SILENT_S
 
@@ -324,19 +325,29 @@ def test_a_silent_job_is_not_counted_as_working_on():
 
     assert left(300.0) == pytest.approx(700.0, rel=1e-3)
     assert left(400.0) == pytest.approx(600.0, rel=1e-3)  # not silent yet: 100 s more of work
-    at = 300.0 + SILENT_S  # silent from then: no work counted past it, however long it stays
-    assert left(at + 1) == left(at + 1000) == pytest.approx(700.0 - SILENT_S, rel=1e-3)
+    at = 300.0 + SILENT_S  # silent from then: none of it counted, however long it stays
+    assert left(at) == pytest.approx(700.0 - SILENT_S, rel=1e-3)
+    assert left(at + 1) == left(at + 1000) == pytest.approx(700.0, rel=1e-3)
     late = at + 1000
-    assert times_left(job, estimate(job, late), 1, 4, late)[1] == pytest.approx(700 - SILENT_S, rel=1e-3)
+    assert times_left(job, estimate(job, late), 1, 4, late)[1] == pytest.approx(700.0, rel=1e-3)
     status = {now: summary(job, now, None, 4, 4) for now in (310, 1200, 1500, 1900)}
     assert status[310]["deadline_status"] == "on_track" and status[310]["eta_s"] == 690.0
-    assert status[1200]["deadline_status"] == "on_track"  # 520 s would still make it, resumed now
+    assert status[1200]["deadline_status"] == "on_track"  # 700 s would still make it, resumed now
     assert status[1500]["deadline_status"] == "at_risk"  # now only on more GPUs
     assert status[1900]["deadline_status"] == "will_miss"  # before: `on_track`, 70 % left
     assert all("eta_s" not in status[t] and status[t]["silent_s"] == t - 300 for t in (1200, 1500, 1900))
     ingest(job, [_report(1500, 1, 128, progress=0.31)])  # it reports again (its rate now counts
     assert left(1500.0) - left(1510.0) == pytest.approx(10.0, rel=1e-3)  # the hang): counted on
     assert summary(job, 1510.0, None, 4, 4)["eta_s"] == pytest.approx(left(1510.0), abs=0.1)
+
+    near = _job(batch_size=128, deadline=2000.0)  # hung at 95 %: 50 s left, counted done after
+    ingest(near, [_report(t, 1, 128, progress=t / 1000) for t in range(0, 960, 10)])  # 50 s,
+    near.state, near.alloc, near.since = JobState.running, {"n": (0,)}, 0.0  # until it went silent
+    assert summary(near, 1100.0, None, 4, 4)["deadline_status"] == "on_track"
+    assert work_left_s1(near, estimate(near, 1100.0), 1100.0) == 0.0
+    assert work_left_s1(near, estimate(near, 1960.0), 1960.0) == pytest.approx(50.0, rel=1e-3)
+    assert summary(near, 1930.0, None, 4, 4)["deadline_status"] == "on_track"  # 50 s, resumed now
+    assert summary(near, 1960.0, None, 4, 4)["deadline_status"] == "will_miss"  # 55 s on 2 GPUs
 
 
 def test_progress_across_a_restart_is_not_a_rate():

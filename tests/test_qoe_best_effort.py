@@ -338,16 +338,19 @@ def test_a_deadline_job_running_behind_takes_the_gpu_nobody_takes(units, grows):
     assert wants == {5: 2 if grows else 1, 6: 1, 7: 1}, wants
 
 
-def test_a_hung_job_past_its_deadline_does_not_keep_its_gpus_as_all_but_done():
+@pytest.mark.parametrize("hung_at", [0.3, 0.99])
+def test_a_hung_job_past_its_deadline_does_not_keep_its_gpus_as_all_but_done(hung_at):
     """A job past its deadline that its estimate finishes within a restart's price keeps its GPUs
     (step 0). One that hung at 30 % of its work had its time left counted down by every second
-    since its last report: 20 minutes on, it was `done` by the estimate and kept its 2 GPUs of 4
-    for good, while a job due in 20 minutes that needs all 4 waited. Silent, it is counted as
-    not working on, and the waiting job gets the GPUs."""
+    since its last report: 20 minutes on, it was done by the estimate and kept its 2 GPUs of 4
+    for good, while a job due in 20 minutes that needs all 4 waited. Silent, it is counted as not
+    working on, and is not finishing however near its end it hung (at 99 %: 3 s left on its
+    GPUs); the waiting job gets the GPUs."""
     hung = Job(id=1, spec=JobSpec(name="hung", command=["x"], gpus=2, deadline=600.0), submit_time=0.0,
                state=JobState.running)
     hung.set_alloc({"vm": (0, 1)}, 0.0)
-    ingest(hung, [{"t": 10.0 * k, "num_gpus": 2, "progress": 0.01 * k} for k in range(1, 31)])
+    reports = int(round(hung_at * 100))
+    ingest(hung, [{"t": 10.0 * k, "num_gpus": 2, "progress": 0.01 * k} for k in range(1, reports + 1)])
     now = 1500.0
     waiting = Job(id=2, spec=JobSpec(name="due", command=["x"], gpus=4, deadline=now + 1200), submit_time=now)
     jobs = {j.id: j for j in (hung, waiting)}

@@ -386,14 +386,15 @@ def silent_for(st: dict[str, Any], job: Job, now: float) -> float | None:
 
 def unreported_s(st: dict[str, Any], job: Job, now: float) -> float:
     """Seconds since the job's last progress report that the estimates count as run at its rate
-    (the work it did since, not yet reported): until now, or until it went silent — a job hung
-    for 20 minutes has not worked on (seen: a deadline job hung at 30 % read `on track` up to its
-    deadline, its estimate counting the work of every second since its last report)."""
+    (the work it did since, not yet reported) — none once it went silent: the silence says it
+    stopped, most likely at that report (seen: a deadline job hung at 30 % read `on track` up to
+    its deadline, its estimate counting the work of every second since its last report; a job
+    that hangs near its end would have been counted done before it went silent)."""
     last = st.get("last")
     if last is None:
         return 0.0
     at = silent_from(st, job)
-    return max((now if at is None else min(now, at)) - last[0], 0.0)
+    return 0.0 if at is not None and now > at else max(now - last[0], 0.0)
 
 
 def _summary(job: Job, now: float, history: Any = None, capacity: int = 0,

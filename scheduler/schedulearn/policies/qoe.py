@@ -3,7 +3,8 @@
 Each round, before the `goodput` policy's sizing (which then shares the GPUs left by marginal
 value among all admitted jobs, deadline jobs included):
 0. A running job past its deadline, or given up, that its estimate (from its own reported
-   progress) finishes where it runs within what a restart costs it keeps its GPUs: taken, they
+   progress) finishes where it runs within what a restart costs it keeps its GPUs (not one that
+   went silent: a hung job is not finishing): taken, they
    would cost it more than they free (traced on workload 1: a cifar10 job 6 s late at 99.7 % of
    its work lost its 38 GPUs to newer deadlines and waited 18 minutes to run its last second).
 1. Jobs that have waited `starve_after` (30 min) get their minimum first. This is the bound every
@@ -56,6 +57,7 @@ from __future__ import annotations
 from .. import pauses
 from ..estimates import Estimate, estimate
 from ..estimates.deadline import needed_gpus, times_left
+from ..estimates.job import silent_for
 from ..model import Job, JobState
 from .base import RoundContext
 from .goodput import Goodput
@@ -150,6 +152,8 @@ class QoE(Goodput):
         est = estimate(job, ctx.now, ctx.history)
         if est.progress is None:  # no progress of its own: similar jobs' runs, floored at a
             return False  # tenth of theirs, say nothing of how near its end is
+        if silent_for(est.st, job, ctx.now) is not None:  # it stopped reporting: a job hung at
+            return False  # 99 % is not finishing, and would keep its GPUs for good
         times = times_left(job, est, job.size, per_node, ctx.now, ctx.predict(job))
         return times is not None and times[job.size] <= pauses.price(job, self.restart_cost, ctx.pauses(job))
 

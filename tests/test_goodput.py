@@ -390,3 +390,27 @@ def test_a_lone_job_reporting_every_step_is_not_resized_back_and_forth():
     assert sizes == [2, 2, 2, 2]
     est = estimate(job, t)
     assert est.curve(2, 4)[2] == pytest.approx(0.2 / 0.16, rel=0.1)  # what 2 GPUs measured
+
+
+@pytest.mark.parametrize("policy", ["goodput", "qoe"])
+def test_a_job_that_stopped_reporting_is_not_grown(policy):
+    """A running `--gpus auto` job that reported its progress every 10 s on 1 GPU of 4 is grown
+    into the idle GPUs; once it has gone silent (hung, or in a long evaluation) it is not — more
+    GPUs would restart a hung job for nothing, and lose an evaluation's work. With a deadline it
+    is behind, and `qoe` would otherwise plan it bigger."""
+    from schedulearn.estimates import ingest
+    from schedulearn.model import JobState
+    from schedulearn.policies.base import RoundContext
+
+    def wants(now):
+        spec = JobSpec(name="j", command=["x"], gpus="auto", max_gpus=4,
+                       deadline=900.0 if policy == "qoe" else None)
+        job = Job(id=1, spec=spec, submit_time=0.0, state=JobState.running)
+        job.set_alloc({"vm": (0,)}, 0.0)
+        ingest(job, [{"t": 10.0 * k, "num_gpus": 1, "progress": 0.01 * k} for k in range(1, 31)])
+        jobs = {1: job}
+        ctx = RoundContext(now, parse_cluster("1x4"), [], jobs, jobs, {1: 1}, 4)
+        return {j.id: n for j, n in create(policy).schedule(ctx)}
+
+    assert wants(310.0)[1] > 1  # reporting: grown
+    assert wants(600.0) == {1: 1}  # silent for 5 minutes: kept as it is

@@ -384,6 +384,12 @@ def silent_for(st: dict[str, Any], job: Job, now: float) -> float | None:
     return now - max(st["heard"][0], job.since) if at is not None and now > at else None
 
 
+def silent(job: Job, now: float) -> bool:
+    """Whether the running `job` has stopped reporting (`silent_for`): what the policies do not
+    grow."""
+    return silent_for(rep.state(job), job, now) is not None
+
+
 def unreported_s(st: dict[str, Any], job: Job, now: float) -> float:
     """Seconds since the job's last progress report that the estimates count as run at its rate
     (the work it did since, not yet reported) — none once it went silent: the silence says it

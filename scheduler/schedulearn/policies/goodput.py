@@ -30,8 +30,10 @@ Each round:
    one for 4.5 minutes (seen live); with jobs queued, or arrivals every few minutes, it alone
    decides.
 GPUs stay idle only when no job's value rises with more (all at their maximum, or not worth a
-restart). Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it
-themselves when they start or resize (`job.batch_size = None`).
+restart, or silent: a running job that stopped reporting, `estimates.job.silent_for`, is not
+grown — hung, more GPUs would restart it for nothing; in a long evaluation, a restart loses it).
+Jobs that may adapt their batch size (`JobSpec.adaptive_batch`) are told to pick it themselves
+when they start or resize (`job.batch_size = None`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import heapq
 
 from .. import pauses
 from ..estimates import Estimate, estimate, remaining_s1
+from ..estimates.job import silent
 from ..model import Job, JobState
 from ..placement import placement_shape
 from .base import NEVER, Policy, RoundContext, Want
@@ -220,9 +223,10 @@ class Goodput(Policy):
         family = ctx.pauses(job)
         keep = 1.0 if job.id in self._forced else self.restart_factor(job, now, family)
         v = [w * s * (1.0 if n == job.size else keep) for n, s in enumerate(cached[1])]
-        if self.ending(job, est, family):
-            del v[job.size + 1:]  # more GPUs cannot pay for their restart before it ends
-        return v
+        if self.ending(job, est, family) or silent(job, now):
+            del v[job.size + 1:]  # more GPUs cannot pay for their restart before it ends, nor
+        return v  # speed up a job that stopped reporting (hung: more GPUs restart it for nothing;
+        # in a long evaluation: a restart loses it)
 
     def resized_anyway(self, job: Job, most: int) -> bool:
         """Whether the admission resized `job` already — running, it can have at most `most` GPUs,

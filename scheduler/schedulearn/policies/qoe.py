@@ -57,7 +57,7 @@ from __future__ import annotations
 from .. import pauses
 from ..estimates import Estimate, estimate
 from ..estimates.deadline import needed_gpus, times_left
-from ..estimates.job import silent_for
+from ..estimates.job import silent
 from ..model import Job, JobState
 from .base import RoundContext
 from .goodput import Goodput
@@ -152,7 +152,7 @@ class QoE(Goodput):
         est = estimate(job, ctx.now, ctx.history)
         if est.progress is None:  # no progress of its own: similar jobs' runs, floored at a
             return False  # tenth of theirs, say nothing of how near its end is
-        if silent_for(est.st, job, ctx.now) is not None:  # it stopped reporting: a job hung at
+        if silent(job, ctx.now):  # it stopped reporting: a job hung at
             return False  # 99 % is not finishing, and would keep its GPUs for good
         times = times_left(job, est, job.size, per_node, ctx.now, ctx.predict(job))
         return times is not None and times[job.size] <= pauses.price(job, self.restart_cost, ctx.pauses(job))
@@ -233,6 +233,8 @@ class QoE(Goodput):
                     or job.state is not JobState.running or not job.alloc):
                 continue
             est = estimate(job, now, ctx.history)
+            if silent(job, now):
+                continue  # stopped reporting: more GPUs would restart it for nothing
             top = min(self.cap(job, est, ctx.capacity), n + left)
             times = times_left(job, est, top, self._per_node, now, ctx.predict(job)) if top > n else None
             if times is None or now + times[n] <= deadline:
@@ -283,9 +285,11 @@ class QoE(Goodput):
         if today is None or hope is None:  # nothing known yet: what the user asked for
             return min(job.spec.requested, cap), deadline - now
         # On track where it runs, or nearly: no restart (not "nearly" beside best-effort jobs:
-        # a job that misses would hold GPUs they use).
+        # a job that misses would hold GPUs they use). Nor for a job that stopped reporting:
+        # more GPUs do not speed up a hung job (its time left is then where it stopped).
         keep = 0.0 if self._beside else self.keep_within
-        if job.size and now + today[job.size] <= deadline + keep * (deadline - now):
+        if job.size and (now + today[job.size] <= deadline + keep * (deadline - now)
+                         or silent(job, now)):
             return job.size, today[job.size]
         if job.size and now + hope[job.size] + margin <= deadline:
             return job.size, hope[job.size]

@@ -350,6 +350,25 @@ def test_a_silent_job_is_not_counted_as_working_on():
     assert summary(near, 1960.0, None, 4, 4)["deadline_status"] == "will_miss"  # 55 s on 2 GPUs
 
 
+def test_a_restarting_job_is_not_counted_as_working_before_it_reports():
+    """Between two reports the estimates count the seconds since the last one as work at the
+    job's speed-up on its GPUs — but not for a job that has not reported since it started on
+    them: a restart's seconds are not work (they read as twice as fast on twice the GPUs, and
+    the time left fell during a restart and jumped back at the first report)."""
+    from schedulearn.estimates.deadline import work_left_s1
+
+    job = _job(batch_size=128, deadline=2000.0)
+    ingest(job, [_report(t, 1, 128, progress=t / 1000) for t in range(0, 310, 10)])  # 30 % at 300
+    job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+    assert work_left_s1(job, estimate(job, 305.0), 305.0) == pytest.approx(695.0, rel=1e-3)
+    job.set_alloc({"n": (0, 1)}, 305.0)  # restarted on 2 GPUs at 305 s
+    for now in (305.0, 315.0, 330.0):
+        assert work_left_s1(job, estimate(job, now), now) == pytest.approx(700.0, rel=1e-3)
+    ingest(job, [_report(320, 2, 128, progress=0.31, restart=1)])  # its first report there
+    later = work_left_s1(job, estimate(job, 330.0), 330.0)
+    assert later < work_left_s1(job, estimate(job, 320.0), 320.0)  # counted on from it
+
+
 def test_progress_across_a_restart_is_not_a_rate():
     """The seconds between the last report of one run and the first of the next include the
     restart: they are not counted."""

@@ -395,9 +395,12 @@ def unreported_s(st: dict[str, Any], job: Job, now: float) -> float:
     (the work it did since, not yet reported) — none once it went silent: the silence says it
     stopped, most likely at that report (seen: a deadline job hung at 30 % read `on track` up to
     its deadline, its estimate counting the work of every second since its last report; a job
-    that hangs near its end would have been counted done before it went silent)."""
+    that hangs near its end would have been counted done before it went silent); and none for a
+    job that has not reported since it started on its GPUs (`job.since`): a restart's seconds
+    are not work (they counted at the new GPUs' speed-up, and the time left jumped back at the
+    new run's first report)."""
     last = st.get("last")
-    if last is None:
+    if last is None or last[0] < job.since:  # none of its run on these GPUs until it reports
         return 0.0
     at = silent_from(st, job)
     return 0.0 if at is not None and now > at else max(now - last[0], 0.0)

@@ -42,9 +42,36 @@ note(what="end", t=time.time(), **me)
 """
 
 
+# `schedulearn serve` that dies by `os._exit` right after its first sbatch returns ("sbatch": the
+# Slurm job exists, held, and its id is nowhere on disk) or right before its first `scontrol release`
+# ("release": the id is on disk, the job still held): the two windows of a launch's gate; or whose
+# first `scontrol release` fails ("refuse-release")
+CRASHING = r"""
+import os, sys
+from schedulearn.cli import main
+from schedulearn.executors import slurmcli
+where = sys.argv.pop(1)
+real_run = slurmcli.SlurmCli.run
+refused = []
+def run(self, *argv, **kw):
+    if argv[:2] == ("scontrol", "release"):
+        if where == "release":
+            os._exit(9)
+        if where == "refuse-release" and not refused:
+            refused.append(argv)
+            raise slurmcli.SlurmError("scontrol: Unable to contact slurm controller (the test's)")
+    out = real_run(self, *argv, **kw)
+    if where == "sbatch" and argv[0] == "sbatch":
+        os._exit(9)
+    return out
+slurmcli.SlurmCli.run = run
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 class SlurmServe:
-    def __init__(self, where: Path, slurm: SlurmCluster, *args: str):
-        self.home, self.slurm, self.args = where, slurm, args
+    def __init__(self, where: Path, slurm: SlurmCluster, *args: str, crash: str | None = None):
+        self.home, self.slurm, self.args, self.crash = where, slurm, args, crash
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.proc: subprocess.Popen | None = None
@@ -53,8 +80,9 @@ class SlurmServe:
         env = {**os.environ, **self.slurm.env,
                "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
         with open(self.home / "serve.log", "ab") as log:
+            prog = ["-m", "schedulearn.cli"] if self.crash is None else ["-c", CRASHING, self.crash]
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(self.port),
+                [sys.executable, *prog, "serve", "--port", str(self.port),
                  "--store", f"sqlite:///{self.home / 'serve.db'}", "--job-root", str(self.home / "jobs"),
                  "--executor", "slurm", "--tick", "0.2", "--cancel-grace", "3",
                  "--slurm-poll-interval", "0.3", *self.args],
@@ -121,6 +149,67 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
     names = [j["name"] for j in cluster.jobs() if j["comment"].startswith(tag + ":")]
     per_run = {n.split("-")[0] for n in names}
     assert len(per_run) == len(names) == len(ids), names
+
+
+def cut_short(cluster: SlurmCluster, tmp_path: Path, window: str) -> tuple[int, dict, Path]:
+    """A 2-GPU job whose launch the server's death cut short in `window`: its id, its held Slurm
+    job, the notes file its runs write to."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    notes = tmp_path / "notes.jsonl"
+    notes.touch()
+    srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, crash=window).start()
+    spec = {"command": [sys.executable, str(script), str(notes), "1"], "gpus": 2}
+    job_id = Client(srv.url, TOKEN).submit(spec)["id"]
+    assert srv.proc is not None and srv.proc.wait(60) == 9  # cut short where the test says
+    held = ours(cluster, tmp_path)
+    assert [(j["name"].split("-")[0], j["job_state"]) for j in held] == [(f"sl{job_id}.0", "PENDING")], held
+    return job_id, held[0], notes
+
+
+def ours(cluster: SlurmCluster, tmp_path: Path) -> list[dict]:
+    tag = SlurmExecutor(tmp_path / "jobs").tag
+    return [j for j in cluster.jobs() if j["comment"].startswith(tag + ":")]
+
+
+def run_to_end(cluster: SlurmCluster, tmp_path: Path, job_id: int, crash: str | None = None) -> dict:
+    srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, crash=crash).start()
+    try:
+        client = Client(srv.url, TOKEN)
+        wait_for(lambda: client.job(job_id)["state"] in ("succeeded", "failed", "cancelled"), 60,
+                 "the job to end")
+        return client.job(job_id)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("window", ["sbatch", "release"])
+def test_a_launch_cut_short_behind_its_gate_is_released_after_the_restart_not_submitted_again(
+        cluster: SlurmCluster, tmp_path: Path, window: str) -> None:
+    """The server dies between `sbatch --hold` and `scontrol release`: the Slurm job exists, held,
+    and never ran. The next server completes that launch (the id on disk, the job released): the
+    job runs once, and Slurm saw one batch job for its run, not a cancelled one and a second."""
+    job_id, held, notes = cut_short(cluster, tmp_path, window)
+    done = run_to_end(cluster, tmp_path, job_id)
+    assert done["state"] == "succeeded" and done["restarts"] == 0, done
+    starts = [r for r in map(json.loads, notes.read_text().splitlines()) if r["what"] == "start"]
+    assert [r["slurm"] for r in starts] == [str(held["job_id"])], starts
+    assert [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)] == [(held["job_id"], "COMPLETED")]
+
+
+def test_a_held_job_that_cannot_be_released_after_the_restart_is_cancelled_and_the_job_started_again(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Where the next server cannot release the held job (Slurm's answer an error), it cancels it
+    and the engine starts the job again: it still runs once."""
+    job_id, held, notes = cut_short(cluster, tmp_path, "sbatch")
+    done = run_to_end(cluster, tmp_path, job_id, crash="refuse-release")
+    assert done["state"] == "succeeded", done
+    slurm = [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)]
+    assert len(slurm) == 2 and slurm[0] == (held["job_id"], "CANCELLED") and slurm[1][1] == "COMPLETED", slurm
+    starts = [r for r in map(json.loads, notes.read_text().splitlines()) if r["what"] == "start"]
+    assert [r["slurm"] for r in starts] == [str(slurm[1][0])], starts
+    assert f"cannot release its held Slurm job {held['job_id']} after the restart" in \
+        (tmp_path / "serve.log").read_text()
 
 
 def test_shared_setup_runs_jobs_as_their_users_and_keeps_them_apart(

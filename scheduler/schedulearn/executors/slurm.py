@@ -26,7 +26,7 @@ cluster's default partition), submitted with `sbatch` exactly where the policy p
 Crash consistency, as the local executor's gate: the job is submitted held (`--hold`), its Slurm
 id written to `slurm-<run>/job` in the job directory, then released (`scontrol release`). A run
 that ever ran user code therefore always has its id on disk; a held one found after a crash never
-ran (it is cancelled, and the engine starts the job again).
+ran: its launch is completed (the id written, the job released), not submitted a second time.
 
 One thread polls `squeue --json` (every `slurm_poll_interval` s) while runs are tracked: a run
 that left the active states is over; its exit status is the one its batch script wrote into the
@@ -266,18 +266,22 @@ class SlurmExecutor(RunExecutor):
         except SlurmError as e:
             raise ExecutorError(f"job {job_id}: Slurm refused it: {e}") from None
         run = _Run(job_id=job_id, restarts=restarts, slurm_id=slurm_id, alloc=dict(alloc))
-        try:  # its id on disk before anything of it may run (the gate: it is held until then)
-            tmp = run_dir / (JOB_ID_FILE + ".tmp")
-            tmp.unlink(missing_ok=True)
-            info = {"slurm_id": slurm_id, "restarts": restarts, "tag": self.tag}
-            nofollow.write_text(tmp, json.dumps(info))
-            os.replace(tmp, run_dir / JOB_ID_FILE)
-            self.cli.run("scontrol", "release", str(slurm_id))
+        try:
+            self._release(run_dir, slurm_id, restarts)
         except BaseException:
             self._cancel_quietly(slurm_id)
             raise
         self._watch(run)
         return run
+
+    def _release(self, run_dir: Path, slurm_id: int, restarts: int) -> None:
+        """Open the gate: the run's Slurm id on disk before anything of it may run (it is held
+        until then), then `scontrol release`."""
+        tmp = run_dir / (JOB_ID_FILE + ".tmp")
+        tmp.unlink(missing_ok=True)
+        nofollow.write_text(tmp, json.dumps({"slurm_id": slurm_id, "restarts": restarts, "tag": self.tag}))
+        os.replace(tmp, run_dir / JOB_ID_FILE)
+        self.cli.run("scontrol", "release", str(slurm_id))
 
     def _write_scripts(self, run_dir: Path, job_id: int, spec: JobSpec, alloc: Allocation,
                        workers: list, account: Any) -> None:
@@ -617,14 +621,29 @@ class SlurmExecutor(RunExecutor):
             return False  # never submitted: nothing of it ran
         parts = self._slurm_job(info["slurm_id"])
         if parts and all(j.state == "PENDING" and j.reason in _HELD_REASONS for j in parts):
-            self._cancel_quietly(info["slurm_id"])  # still behind the gate: it never ran
-            return False
+            return self._open_gate(job, info["slurm_id"])  # still behind the gate: it never ran
         run = _Run(job_id=job.id, restarts=job.restarts, slurm_id=info["slurm_id"], seen=bool(parts),
                    note=None)
         if parts and not any(j.active for j in parts):
             self._end_found(run, parts)
             return True
         self._adopted(run)
+        return True
+
+    def _open_gate(self, job: Job, slurm_id: int) -> bool:
+        """Complete a launch that a crash cut short behind its gate (submitted held; its id on
+        disk or not): the id written, the job released where it was placed. Submitting it again
+        would leave Slurm a cancelled twin of every such run. False (cancelled: the engine
+        starts the job again) where it cannot be released."""
+        run_dir = self.job_dir(job.id) / RUN_DIR.format(restarts=job.restarts)
+        try:
+            self._release(run_dir, slurm_id, job.restarts)
+        except (OSError, SlurmError) as e:
+            log.warning("job %s: cannot release its held Slurm job %s after the restart (%s): submitting "
+                        "it again", job.id, slurm_id, e)
+            self._cancel_quietly(slurm_id)
+            return False
+        self._adopted(_Run(job_id=job.id, restarts=job.restarts, slurm_id=slurm_id, alloc=dict(job.alloc)))
         return True
 
     def _end_found(self, run: _Run, parts: list[SlurmJob]) -> None:

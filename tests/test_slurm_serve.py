@@ -42,27 +42,30 @@ note(what="end", t=time.time(), **me)
 """
 
 
-# `schedulearn serve` that dies by `os._exit` right after its first sbatch returns ("sbatch": the
-# Slurm job exists, held, and its id is nowhere on disk) or right before its first `scontrol release`
-# ("release": the id is on disk, the job still held): the two windows of a launch's gate; or whose
+# `schedulearn serve` that dies by `os._exit` right after the first sbatch of a run number `N`
+# returns ("sbatch:N": the Slurm job exists, held, and its id is nowhere on disk), or right before
+# that job's `scontrol release` ("release:N": its id on disk, the job still held): the two windows
+# of a launch's gate (run 0: the job's first launch; run 1: its relaunch after a resize); or whose
 # first `scontrol release` fails ("refuse-release")
 CRASHING = r"""
 import os, sys
 from schedulearn.cli import main
 from schedulearn.executors import slurmcli
-where = sys.argv.pop(1)
+where, _, run_no = sys.argv.pop(1).partition(":")
 real_run = slurmcli.SlurmCli.run
-refused = []
+marked, refused = set(), []
 def run(self, *argv, **kw):
     if argv[:2] == ("scontrol", "release"):
-        if where == "release":
+        if where == "release" and argv[2] in marked:
             os._exit(9)
         if where == "refuse-release" and not refused:
             refused.append(argv)
             raise slurmcli.SlurmError("scontrol: Unable to contact slurm controller (the test's)")
     out = real_run(self, *argv, **kw)
-    if where == "sbatch" and argv[0] == "sbatch":
-        os._exit(9)
+    if argv[0] == "sbatch" and any(a.startswith("--comment=") and a.endswith(":" + run_no) for a in argv):
+        if where == "sbatch":
+            os._exit(9)
+        marked.add(out.strip().split(";")[0])
     return out
 slurmcli.SlurmCli.run = run
 sys.exit(main(sys.argv[1:]))
@@ -189,7 +192,7 @@ def test_a_launch_cut_short_behind_its_gate_is_released_after_the_restart_not_su
     """The server dies between `sbatch --hold` and `scontrol release`: the Slurm job exists, held,
     and never ran. The next server completes that launch (the id on disk, the job released): the
     job runs once, and Slurm saw one batch job for its run, not a cancelled one and a second."""
-    job_id, held, notes = cut_short(cluster, tmp_path, window)
+    job_id, held, notes = cut_short(cluster, tmp_path, window + ":0")
     done = run_to_end(cluster, tmp_path, job_id)
     assert done["state"] == "succeeded" and done["restarts"] == 0, done
     starts = [r for r in map(json.loads, notes.read_text().splitlines()) if r["what"] == "start"]
@@ -197,11 +200,61 @@ def test_a_launch_cut_short_behind_its_gate_is_released_after_the_restart_not_su
     assert [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)] == [(held["job_id"], "COMPLETED")]
 
 
+@pytest.mark.parametrize("window, then", [("sbatch", None), ("release", None), ("sbatch", "refuse-release")])
+def test_a_relaunch_after_a_resize_cut_short_behind_its_gate_is_released_after_the_restart(
+        cluster: SlurmCluster, tmp_path: Path, window: str, then: str | None) -> None:
+    """An elastic job shrunk for a newcomer (elastic-fifo) is relaunched at its new size by the
+    executor; the server dies behind that relaunch's gate. The next server re-attaches the job
+    (it is running for the engine) and opens the gate: the job does not wait held for ever.
+    Where Slurm refuses that release, the held job is cancelled and the run submitted again."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    notes = tmp_path / "notes.jsonl"
+    notes.touch()
+
+    def started(job_id: int) -> list[str]:
+        return [r["slurm"] for r in map(json.loads, notes.read_text().splitlines())
+                if r["what"] == "start" and r["job"] == str(job_id)]
+
+    srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, "--policy", "elastic-fifo",
+                     crash=f"{window}:1").start()
+    client = Client(srv.url, TOKEN)
+    cmd = [sys.executable, str(script), str(notes), "10"]
+    filler = client.submit({"command": cmd, "gpus": 4})["id"]  # one node's GPUs
+    wait_for(lambda: started(filler), 60, "the 4-GPU job to start")
+    elastic = client.submit({"command": cmd, "gpus": "auto", "min_gpus": 1, "max_gpus": 4})["id"]
+    wait_for(lambda: started(elastic), 60, "the elastic job to start")
+    assert client.job(elastic)["gpus"] == 4
+    newcomer = client.submit({"command": cmd, "gpus": 2})["id"]  # the elastic job shrinks to 2
+    assert srv.proc is not None and srv.proc.wait(60) == 9  # cut short where the test says
+    held = [j for j in ours(cluster, tmp_path) if j["name"].startswith(f"sl{elastic}.1-")]
+    assert [j["job_state"] for j in held] == ["PENDING"], held
+    srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, "--policy", "elastic-fifo", crash=then).start()
+    try:
+        client = Client(srv.url, TOKEN)
+        ids = (filler, elastic, newcomer)
+        wait_for(lambda: all(client.job(i)["state"] in ("succeeded", "failed", "cancelled") for i in ids),
+                 90, "every job to end")
+        jobs = {i: client.job(i) for i in ids}
+    finally:
+        srv.stop()
+    assert all(j["state"] == "succeeded" for j in jobs.values()), jobs
+    assert not [j for j in ours(cluster, tmp_path) if j["job_state"] == "PENDING"]
+    runs = [j for j in ours(cluster, tmp_path) if j["name"].startswith(f"sl{elastic}.1-")]
+    ran = started(elastic)  # (its later runs too, where it grew back once the others ended)
+    if then is None:  # the held run ran: no second Slurm job for it
+        assert [j["job_id"] for j in runs] == [held[0]["job_id"]], runs
+        assert ran[1] == str(held[0]["job_id"]), ran
+    else:  # cancelled, never ran; a second Slurm job ran that run
+        assert [j["job_id"] for j in runs][0] == held[0]["job_id"] and len(runs) == 2, runs
+        assert runs[0]["job_state"] == "CANCELLED" and ran[1] == str(runs[1]["job_id"]), (runs, ran)
+
+
 def test_a_held_job_that_cannot_be_released_after_the_restart_is_cancelled_and_the_job_started_again(
         cluster: SlurmCluster, tmp_path: Path) -> None:
     """Where the next server cannot release the held job (Slurm's answer an error), it cancels it
     and the engine starts the job again: it still runs once."""
-    job_id, held, notes = cut_short(cluster, tmp_path, "sbatch")
+    job_id, held, notes = cut_short(cluster, tmp_path, "sbatch:0")
     done = run_to_end(cluster, tmp_path, job_id, crash="refuse-release")
     assert done["state"] == "succeeded", done
     slurm = [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)]

@@ -26,7 +26,8 @@ cluster's default partition), submitted with `sbatch` exactly where the policy p
 Crash consistency, as the local executor's gate: the job is submitted held (`--hold`), its Slurm
 id written to `slurm-<run>/job` in the job directory, then released (`scontrol release`). A run
 that ever ran user code therefore always has its id on disk; a held one found after a crash never
-ran: its launch is completed (the id written, the job released), not submitted a second time.
+ran: its launch is completed (the id written, the job released), not submitted a second time —
+a job's first launch (`adopt`) and a relaunch after a resize (`_reattach`) alike.
 
 One thread polls `squeue --json` (every `slurm_poll_interval` s) while runs are tracked: a run
 that left the active states is over; its exit status is the one its batch script wrote into the
@@ -125,6 +126,11 @@ class _Run(Run):
 class _Tracked:
     runs: dict[int, _Run] = field(default_factory=dict)  # Slurm id -> run
     wake: threading.Event = field(default_factory=threading.Event)
+
+
+def _held(parts: list[SlurmJob]) -> bool:
+    """Every component of a Slurm job still held (`sbatch --hold`: behind the launch's gate)."""
+    return all(j.state == "PENDING" and j.reason in _HELD_REASONS for j in parts)
 
 
 def pending_text(reason: str, alloc: Allocation) -> str:
@@ -607,8 +613,13 @@ class SlurmExecutor(RunExecutor):
         if info is None:
             self._report(job.id, None, "lost on restart: no record of its Slurm job; exit status unknown")
             return None
+        parts = self._slurm_job(info["slurm_id"])
+        if parts and _held(parts) and info["restarts"] == job.restarts and job.stopping is None:
+            # a relaunch (a resize) cut short behind its gate (a stop recorded cancels it as it is)
+            if (released := self._open_gate(job, info["slurm_id"])) is None:
+                self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)
+            return released
         run = _Run(job_id=job.id, restarts=info["restarts"], slurm_id=info["slurm_id"], seen=True, note=None)
-        parts = self._slurm_job(run.slurm_id)
         if parts is not None and not any(j.active for j in parts):
             self._end_found(run, parts)  # ended while the server was down: reports that end
             return None
@@ -620,8 +631,11 @@ class SlurmExecutor(RunExecutor):
         if info is None:
             return False  # never submitted: nothing of it ran
         parts = self._slurm_job(info["slurm_id"])
-        if parts and all(j.state == "PENDING" and j.reason in _HELD_REASONS for j in parts):
-            return self._open_gate(job, info["slurm_id"])  # still behind the gate: it never ran
+        if parts and _held(parts):  # still behind the gate: it never ran
+            if (released := self._open_gate(job, info["slurm_id"])) is None:
+                return False  # the engine starts the job again
+            self._adopted(released)
+            return True
         run = _Run(job_id=job.id, restarts=job.restarts, slurm_id=info["slurm_id"], seen=bool(parts),
                    note=None)
         if parts and not any(j.active for j in parts):
@@ -630,11 +644,11 @@ class SlurmExecutor(RunExecutor):
         self._adopted(run)
         return True
 
-    def _open_gate(self, job: Job, slurm_id: int) -> bool:
+    def _open_gate(self, job: Job, slurm_id: int) -> _Run | None:
         """Complete a launch that a crash cut short behind its gate (submitted held; its id on
         disk or not): the id written, the job released where it was placed. Submitting it again
-        would leave Slurm a cancelled twin of every such run. False (cancelled: the engine
-        starts the job again) where it cannot be released."""
+        would leave Slurm a cancelled twin of every such run. None (cancelled) where it cannot
+        be released: the job is started again."""
         run_dir = self.job_dir(job.id) / RUN_DIR.format(restarts=job.restarts)
         try:
             self._release(run_dir, slurm_id, job.restarts)
@@ -642,9 +656,8 @@ class SlurmExecutor(RunExecutor):
             log.warning("job %s: cannot release its held Slurm job %s after the restart (%s): submitting "
                         "it again", job.id, slurm_id, e)
             self._cancel_quietly(slurm_id)
-            return False
-        self._adopted(_Run(job_id=job.id, restarts=job.restarts, slurm_id=slurm_id, alloc=dict(job.alloc)))
-        return True
+            return None
+        return _Run(job_id=job.id, restarts=job.restarts, slurm_id=slurm_id, alloc=dict(job.alloc))
 
     def _end_found(self, run: _Run, parts: list[SlurmJob]) -> None:
         """A run found over after a restart: its end is reported like any other."""

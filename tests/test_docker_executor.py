@@ -52,8 +52,8 @@ def executor(daemons, root: Path, gpus: int = 4, extra_hosts: str = "", **kw) ->
 
 
 @contextlib.asynccontextmanager
-async def live(ex: DockerExecutor, nodes=None, store=None, keep_jobs: bool = False):
-    eng = Engine(ex.nodes() if nodes is None else nodes, "fifo", executor=ex, store=store)
+async def live(ex: DockerExecutor, nodes=None, store=None, keep_jobs: bool = False, policy: str = "fifo"):
+    eng = Engine(ex.nodes() if nodes is None else nodes, policy, executor=ex, store=store)
     task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
     try:
         yield eng
@@ -575,6 +575,62 @@ def test_resize_restarts_the_container_at_the_new_size_and_hides_the_old_exit(do
             await asyncio.to_thread(ex.terminate_all, 1.0)
             eng.close()
             await task
+
+    asyncio.run(main())
+
+
+class Died(BaseException):
+    """The server's death, where a test cuts a launch short (no cleanup runs)."""
+
+
+def test_a_relaunch_cut_short_between_create_and_start_is_started_again_after_a_restart(dockerd, tmp_path):
+    """The server dies after a resize's new container is created and before it is started. The
+    next server must not follow that container as the run (it never ran: its "exit" would end
+    the job as if it had): it removes it and starts the run again."""
+    root = tmp_path / "jobs"
+    ex = executor([dockerd], root, gpus=2)
+    real_create, relaunch = ex._create, ex._relaunch_now
+    cut = threading.Event()
+
+    def create(job_id, rank, restarts, *args):
+        cid = real_create(job_id, rank, restarts, *args)
+        if restarts == 1:
+            cut.set()
+            raise Died
+        return cid
+
+    def relaunch_until_death(*args):
+        with contextlib.suppress(Died):
+            relaunch(*args)
+
+    ex._create, ex._relaunch_now = create, relaunch_until_death
+
+    async def main():
+        async with live(ex, keep_jobs=True, policy="elastic-fifo") as eng:
+            job = eng.submit({"script": RESIZABLE, "gpus": "auto", "min_gpus": 1, "max_gpus": 2})
+            await wait_for(in_log(ex, job.id, "run restart=0 cvd=0,1"), 30, "the job on 2 GPUs")
+            other = eng.submit({"command": show_env(dockerd, "release"), "gpus": 1})
+            await wait_for(cut.is_set, 30, "the resize's container to be created")
+            await wait_for(in_log(ex, other.id, "cwd="), 30, "the other job to start")
+            saved = [dataclasses.replace(j, alloc=dict(j.alloc)) for j in (job, other)]
+        ex.close()
+        assert saved[0].state is JobState.running and saved[0].restarts == 1 and saved[0].size == 1
+        created = [c for c in labelled(dockerd, job.id) if c.status == "created"]
+        assert len(created) == 1, labelled(dockerd, job.id)
+        ex2 = executor([dockerd], root, gpus=2)
+        async with live(ex2, store=MemoryStore(saved), policy="elastic-fifo") as eng2:
+            job2, other2 = eng2.get(job.id), eng2.get(other.id)
+            await wait_for(in_log(ex2, job2.id, "run restart=1 cvd="), 30, "run #1 to start after all")
+            assert job2.state is JobState.running, (job2.state, job2.reason)
+            (ex2.job_dir(other2.id) / "release").touch()
+            await wait_for(final(eng2, other2.id), 30, "the other job to end")
+            await wait_for(in_log(ex2, job2.id, "run restart=2 cvd=0,1"), 30, "the job back on 2 GPUs")
+            (ex2.job_dir(job2.id) / "release").touch()
+            await wait_for(final(eng2, job2.id), 30, "the job to end")
+            assert job2.state is JobState.succeeded, job2.reason
+            text = ex2.logs(job2.id)
+            assert text.count("run restart=1 cvd=") == 1 and text.count("\ndone\n") == 1, text
+            assert labelled(dockerd, job2.id) == []
 
     asyncio.run(main())
 

@@ -215,6 +215,9 @@ class DockerExecutor(RunExecutor):
 
     def _reattach(self, job: Job) -> _Run | None:
         try:
+            if job.stopping is None and self._cut_short(self._run_containers(job)):
+                self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)  # (a resize's)
+                return None
             run = self._find_run(job)
         except ExecutorError as e:
             self._report(job.id, -1, f"lost on restart: {e}")
@@ -224,12 +227,8 @@ class DockerExecutor(RunExecutor):
         return run
 
     def adopt(self, job: Job) -> bool:
-        mine = [(n, c) for n, c in self._find(job) if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
-        if not mine:
-            return False
-        if any(c.get("State") == "created" for _, c in mine):  # cut short before every worker started
-            for name, c in mine:
-                self._remove(_Worker(name, -1, c["Id"]))
+        mine = self._run_containers(job)
+        if not mine or self._cut_short(mine):
             return False
         run = self._find_run(job)
         if run is None:
@@ -956,6 +955,20 @@ class DockerExecutor(RunExecutor):
             except Exception as e:  # noqa: BLE001
                 raise self._host_down(name, e) from None
         return found
+
+    def _run_containers(self, job: Job) -> list[tuple[str, dict]]:
+        """(host, container) of the job's current run (`job.restarts`)."""
+        return [(n, c) for n, c in self._find(job) if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
+
+    def _cut_short(self, mine: list[tuple[str, dict]]) -> bool:
+        """Whether a run's launch was cut short before every worker started (a container still
+        `created`): nothing of it is a run to follow (a created container's "exit" would end the
+        job as if it had run). Its containers are removed: the run is to be started again."""
+        if not any(c.get("State") == "created" for _, c in mine):
+            return False
+        for name, c in mine:
+            self._remove(_Worker(name, -1, c["Id"]))
+        return True
 
     def _find_run(self, job: Job) -> _Run | None:
         """The job's containers of its latest run (not followed yet), or None when there are none."""

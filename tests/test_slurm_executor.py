@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.slurm import SlurmExecutor
-from schedulearn.model import JobState
+from schedulearn.jobfiles import EXIT_CODE_FILE
+from schedulearn.model import JobSpec, JobState
 
 from tests.fixtures.slurm import SlurmCluster
 
@@ -398,3 +399,24 @@ def test_a_run_waiting_in_slurms_queue_says_so_while_shown_running(cluster: Slur
     node = next(iter(job.last_alloc))
     assert said == [f"waiting in Slurm's queue (Resources: what it asks for (GPUs, CPUs, memory) is not free "
                     f"on {node} yet)", ""], said
+
+
+def test_a_new_run_is_not_ended_by_the_exit_code_its_previous_run_left(cluster: SlurmCluster,
+                                                                       tmp_path: Path) -> None:
+    """A relaunch (a resize) that a poll has not seen yet (its squeue read came just before the
+    sbatch) is not ended by the `exit_code` its previous run wrote (143: stopped for the resize):
+    the launch removes that file. (Seen: a job resized while the server restarted failed `ended by
+    SIGTERM, not by the scheduler` while its new run went on to finish.)"""
+    ex = executor(cluster, tmp_path)
+    try:
+        d = ex.job_dir(7)
+        d.mkdir(parents=True)
+        (d / EXIT_CODE_FILE).write_text("143\n")  # run #0's, stopped for a resize
+        spec = JobSpec(command=["sleep", "30"], gpus=1)
+        run = ex._launch(7, spec, {"n1": (0,)}, 1)
+        ex._poll_once([])  # a poll whose squeue read predates the sbatch: the run not listed
+        assert run.code is None and not run.gone.is_set(), (run.code, ex.logs(7))
+        assert [j["job_state"] for j in cluster.active_jobs()] in (["PENDING"], ["RUNNING"])
+    finally:
+        cluster.cancel_all()
+        ex.close()

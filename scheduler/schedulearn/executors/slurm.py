@@ -293,6 +293,9 @@ class SlurmExecutor(RunExecutor):
                        workers: list, account: Any) -> None:
         run_dir.mkdir(mode=0o700, exist_ok=True)
         (run_dir / JOB_ID_FILE).unlink(missing_ok=True)
+        # the previous run's status (143 after a resize's stop) is not this run's: a poll that has
+        # not listed this run yet would take it for its end (the batch script removes it too late)
+        (run_dir.parent / EXIT_CODE_FILE).unlink(missing_ok=True)
         for w in workers:
             env = job_environment({k: v for k, v in w.env.items() if k != "CUDA_VISIBLE_DEVICES"},
                                   spec.env, inherit=os.environ, python=self.python,

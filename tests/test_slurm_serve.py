@@ -104,6 +104,20 @@ class SlurmServe:
             self.proc.wait(30)
 
 
+def job_files(tmp_path: Path) -> tuple[Path, Path]:
+    """`JOB` written to `tmp_path`, and the (empty) notes file its runs write to."""
+    script, notes = tmp_path / "job.py", tmp_path / "notes.jsonl"
+    script.write_text(JOB)
+    notes.touch()
+    return script, notes
+
+
+def started(notes: Path, job_id: int | None = None) -> list[str]:
+    """The Slurm ids of the runs (of job `job_id`, else of every job) that started, in order."""
+    return [r["slurm"] for r in map(json.loads, notes.read_text().splitlines())
+            if r["what"] == "start" and (job_id is None or r["job"] == str(job_id))]
+
+
 @pytest.fixture
 def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm.cancel_all()
@@ -113,10 +127,7 @@ def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
 
 def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluster: SlurmCluster,
                                                                           tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    notes = tmp_path / "notes.jsonl"
-    notes.touch()
+    script, notes = job_files(tmp_path)
     srv = SlurmServe(tmp_path, cluster, "--token", TOKEN).start()
     client = Client(srv.url, TOKEN)
     assert client.gpus()["executor"] == "slurm"  # the CLI's default workdir: where it is typed
@@ -141,15 +152,10 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
         srv.stop()
     assert all(j["state"] == "succeeded" for j in jobs.values()), {i: (j["state"], j["reason"])
                                                                    for i, j in jobs.items()}
-    starts: dict[str, list[dict]] = {}
-    for rec in map(json.loads, notes.read_text().splitlines()):
-        if rec["what"] == "start":
-            starts.setdefault(rec["job"], []).append(rec)
     for i in ids:
-        assert len(starts.get(str(i), [])) == 1, f"job {i} ran {len(starts.get(str(i), []))} times"
+        assert len(started(notes, i)) == 1, f"job {i} ran {len(started(notes, i))} times"
     # and Slurm saw one batch job per run of this server's: none was submitted twice
-    tag = SlurmExecutor(tmp_path / "jobs").tag
-    names = [j["name"] for j in cluster.jobs() if j["comment"].startswith(tag + ":")]
+    names = [j["name"] for j in ours(cluster, tmp_path)]
     per_run = {n.split("-")[0] for n in names}
     assert len(per_run) == len(names) == len(ids), names
 
@@ -157,10 +163,7 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
 def cut_short(cluster: SlurmCluster, tmp_path: Path, window: str) -> tuple[int, dict, Path]:
     """A 2-GPU job whose launch the server's death cut short in `window`: its id, its held Slurm
     job, the notes file its runs write to."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    notes = tmp_path / "notes.jsonl"
-    notes.touch()
+    script, notes = job_files(tmp_path)
     srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, crash=window).start()
     spec = {"command": [sys.executable, str(script), str(notes), "1"], "gpus": 2}
     try:
@@ -203,8 +206,7 @@ def test_a_launch_cut_short_behind_its_gate_is_released_after_the_restart_not_su
     job_id, held, notes = cut_short(cluster, tmp_path, window + ":0")
     done = run_to_end(cluster, tmp_path, job_id)
     assert done["state"] == "succeeded" and done["restarts"] == 0, done
-    starts = [r for r in map(json.loads, notes.read_text().splitlines()) if r["what"] == "start"]
-    assert [r["slurm"] for r in starts] == [str(held["job_id"])], starts
+    assert started(notes) == [str(held["job_id"])], started(notes)
     assert [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)] == [(held["job_id"], "COMPLETED")]
 
 
@@ -215,23 +217,16 @@ def test_a_relaunch_after_a_resize_cut_short_behind_its_gate_is_released_after_t
     executor; the server dies behind that relaunch's gate. The next server re-attaches the job
     (it is running for the engine) and opens the gate: the job does not wait held for ever.
     Where Slurm refuses that release, the held job is cancelled and the run submitted again."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    notes = tmp_path / "notes.jsonl"
-    notes.touch()
-
-    def started(job_id: int) -> list[str]:
-        return [r["slurm"] for r in map(json.loads, notes.read_text().splitlines())
-                if r["what"] == "start" and r["job"] == str(job_id)]
+    script, notes = job_files(tmp_path)
 
     srv = SlurmServe(tmp_path, cluster, "--token", TOKEN, "--policy", "elastic-fifo",
                      crash=f"{window}:1").start()
     client = Client(srv.url, TOKEN)
     cmd = [sys.executable, str(script), str(notes), "10"]
     filler = client.submit({"command": cmd, "gpus": 4})["id"]  # one node's GPUs
-    wait_for(lambda: started(filler), 60, "the 4-GPU job to start")
+    wait_for(lambda: started(notes, filler), 60, "the 4-GPU job to start")
     elastic = client.submit({"command": cmd, "gpus": "auto", "min_gpus": 1, "max_gpus": 4})["id"]
-    wait_for(lambda: started(elastic), 60, "the elastic job to start")
+    wait_for(lambda: started(notes, elastic), 60, "the elastic job to start")
     assert client.job(elastic)["gpus"] == 4
     newcomer = client.submit({"command": cmd, "gpus": 2})["id"]  # the elastic job shrinks to 2
     assert srv.proc is not None and srv.proc.wait(60) == 9  # cut short where the test says
@@ -249,7 +244,7 @@ def test_a_relaunch_after_a_resize_cut_short_behind_its_gate_is_released_after_t
     assert all(j["state"] == "succeeded" for j in jobs.values()), jobs
     assert not [j for j in ours(cluster, tmp_path) if j["job_state"] == "PENDING"]
     runs = [j for j in ours(cluster, tmp_path) if j["name"].startswith(f"sl{elastic}.1-")]
-    ran = started(elastic)  # (its later runs too, where it grew back once the others ended)
+    ran = started(notes, elastic)  # (its later runs too, where it grew back once the others ended)
     if then is None:  # the held run ran: no second Slurm job for it
         assert [j["job_id"] for j in runs] == [held[0]["job_id"]], runs
         assert ran[1] == str(held[0]["job_id"]), ran
@@ -267,8 +262,7 @@ def test_a_held_job_that_cannot_be_released_after_the_restart_is_cancelled_and_t
     assert done["state"] == "succeeded", done
     slurm = [(j["job_id"], j["job_state"]) for j in ours(cluster, tmp_path)]
     assert len(slurm) == 2 and slurm[0] == (held["job_id"], "CANCELLED") and slurm[1][1] == "COMPLETED", slurm
-    starts = [r for r in map(json.loads, notes.read_text().splitlines()) if r["what"] == "start"]
-    assert [r["slurm"] for r in starts] == [str(slurm[1][0])], starts
+    assert started(notes) == [str(slurm[1][0])], started(notes)
     assert f"cannot release its held Slurm job {held['job_id']} after the restart" in \
         (tmp_path / "serve.log").read_text()
 

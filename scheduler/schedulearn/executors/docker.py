@@ -215,10 +215,11 @@ class DockerExecutor(RunExecutor):
 
     def _reattach(self, job: Job) -> _Run | None:
         try:
-            if job.stopping is None and self._cut_short(self._run_containers(job)):
+            found = self._find(job)
+            if job.stopping is None and self._cut_short(_current(found, job)):
                 self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)  # (a resize's)
                 return None
-            run = self._find_run(job)
+            run = self._find_run(job, found)
         except ExecutorError as e:
             self._report(job.id, -1, f"lost on restart: {e}")
             return None
@@ -227,10 +228,11 @@ class DockerExecutor(RunExecutor):
         return run
 
     def adopt(self, job: Job) -> bool:
-        mine = self._run_containers(job)
+        found = self._find(job)
+        mine = _current(found, job)
         if not mine or self._cut_short(mine):
             return False
-        run = self._find_run(job)
+        run = self._find_run(job, found)
         if run is None:
             return False
         self._adopted(run)
@@ -956,10 +958,6 @@ class DockerExecutor(RunExecutor):
                 raise self._host_down(name, e) from None
         return found
 
-    def _run_containers(self, job: Job) -> list[tuple[str, dict]]:
-        """(host, container) of the job's current run (`job.restarts`)."""
-        return [(n, c) for n, c in self._find(job) if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
-
     def _cut_short(self, mine: list[tuple[str, dict]]) -> bool:
         """Whether a run's launch was cut short before every worker started (a container still
         `created`): nothing of it is a run to follow (a created container's "exit" would end the
@@ -970,9 +968,9 @@ class DockerExecutor(RunExecutor):
             self._remove(_Worker(name, -1, c["Id"]))
         return True
 
-    def _find_run(self, job: Job) -> _Run | None:
-        """The job's containers of its latest run (not followed yet), or None when there are none."""
-        found = self._find(job)
+    def _find_run(self, job: Job, found: list[tuple[str, dict]]) -> _Run | None:
+        """The job's containers of its latest run (not followed yet), or None when there are none
+        (`found`: `_find`'s list)."""
         if not found:
             return None
         latest = max(int(c["Labels"].get(LABEL_RESTART, 0)) for _, c in found)
@@ -991,6 +989,11 @@ class DockerExecutor(RunExecutor):
                             reattached_line(latest, ", ".join(f"{w.host}:{w.cid[:12]}" for w in workers)))
         logf = open(self.log_path(job.id), "ab", buffering=0, opener=nofollow.opener)
         return _Run(job_id=job.id, restarts=latest, workers=workers, logf=logf, multi=multi)
+
+
+def _current(found: list[tuple[str, dict]], job: Job) -> list[tuple[str, dict]]:
+    """Of `found`, the (host, container) of the job's current run (`job.restarts`)."""
+    return [(n, c) for n, c in found if int(c["Labels"].get(LABEL_RESTART, 0)) == job.restarts]
 
 
 def _each(fn: Callable[[_Worker], None], workers: list[_Worker]) -> None:

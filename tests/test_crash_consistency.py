@@ -272,6 +272,95 @@ def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_
     asyncio.run(second())
 
 
+# a server that dies (`os._exit`, as kill -9) right after it wrote the `pid` file of a job's run #1 (the
+# relaunch after a resize), before it opened that run's gate
+CUT_AT_RELAUNCH = r"""
+import asyncio, json, os, sys
+from schedulearn.engine import Engine, RealClock
+from schedulearn.executors.local import LocalExecutor
+from schedulearn.model import virtual_cluster
+from schedulearn.store import SqlStore
+url, root, notes, cmd = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+real_replace = os.replace
+def replace(src, dst, *args, **kw):
+    cut = os.path.basename(str(dst)) == "pid" and json.loads(open(src).read())["restarts"] == 1
+    real_replace(src, dst, *args, **kw)
+    if cut:
+        os._exit(9)
+os.replace = replace
+def started():
+    return os.path.exists(notes) and '"start"' in open(notes).read()
+async def main():
+    eng = Engine(virtual_cluster(1, 2), "elastic-fifo", executor=LocalExecutor(root), store=SqlStore(url))
+    task = asyncio.create_task(eng.run(RealClock(tick=0.2)))
+    a = eng.submit({"command": cmd, "gpus": "auto", "max_gpus": 2, "name": "elastic"})
+    while not (a.size == 2 and started()):
+        await asyncio.sleep(0.05)
+    eng.submit({"command": cmd, "gpus": 1, "name": "newcomer"})
+    await asyncio.sleep(60)
+    await task
+asyncio.run(main())
+"""
+
+RUN_NUMBERED = """
+import json, os, signal, sys, time
+me = dict(job=os.environ["SCHEDULEARN_JOB_ID"], run=int(os.environ["SCHEDULEARN_RESTART_COUNT"]))
+def note(what):
+    with open(sys.argv[1], "a") as f:
+        f.write(json.dumps(dict(what=what, **me)) + "\\n")
+signal.signal(signal.SIGTERM, lambda *_: (note("term"), sys.exit(0)))
+note("start")
+time.sleep(60 if me["job"] == "1" and me["run"] == 0 else 1.5)
+note("end")
+"""
+
+
+def test_a_relaunch_cut_short_behind_its_gate_is_started_again_after_a_restart(tmp_path):
+    """elastic-fifo shrinks job 1 for a newcomer; the server dies after writing the `pid` file of
+    job 1's relaunch (run #1), before opening its gate: the gate exits unrun and says so
+    (`gate_closed`). The next server starts run #1 (once) instead of failing the job `lost on
+    restart`, as it did when a dead run with no exit status read the same as one killed hard."""
+    from schedulearn.jobfiles import GATE_CLOSED_FILE
+
+    url, root, notes = f"sqlite:///{tmp_path}/jobs.db", tmp_path / "jobs", tmp_path / "notes.jsonl"
+    script = tmp_path / "job.py"
+    script.write_text(RUN_NUMBERED)
+    cmd = [PY, str(script), str(notes)]
+
+    def read(job_id):
+        return [(n["what"], n["run"]) for n in map(json.loads, notes.read_text().splitlines())
+                if n["job"] == str(job_id)]
+
+    crashed = subprocess.run([PY, "-c", CUT_AT_RELAUNCH, url, str(root), str(notes), json.dumps(cmd)],
+                             timeout=90, capture_output=True, text=True)
+    assert crashed.returncode == 9, crashed.stderr[-3000:]
+    job_dir = root / "1"
+    assert json.loads((job_dir / PID_FILE).read_text())["restarts"] == 1
+    deadline = time.monotonic() + 10  # the gate writes it when it sees its pipe closed
+    while not (job_dir / GATE_CLOSED_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (job_dir / GATE_CLOSED_FILE).read_text().strip() == "1"
+    assert read(1) == [("start", 0), ("term", 0)]  # run #0 stopped for the resize, #1 never ran
+    store = SqlStore(url)
+    a = store.get_job(1)
+    assert a.state is JobState.running and a.restarts == 1 and a.size == 1, a.to_dict()
+
+    async def second():
+        async with live(root, store, policy="elastic-fifo") as (eng, ex):
+            a, b = eng.get(1), eng.get(2)
+            await wait_for(lambda: a.state.final and b.state.final, 40, "both jobs to end")
+            assert a.state is JobState.succeeded, a.to_dict()
+            assert b.state is JobState.succeeded, b.to_dict()
+            runs = read(1)
+            assert runs.count(("start", 1)) == 1 and ("end", 1) in runs, runs
+            log = (job_dir / "log.txt").read_text()
+            assert "run #1 never started (the server stopped before its gate opened)" in log
+            assert not (job_dir / GATE_CLOSED_FILE).exists()  # each launch removes the last one's
+
+    asyncio.run(second())
+    store.close()
+
+
 def test_store_failure_leaves_policy_and_cancel_unchanged(postgres_server, postgres_fresh_url):
     """PostgreSQL stopped: switching the policy and cancelling raise `StoreError` and change
     nothing in memory; nothing starts without its `starting` record; after the restart of the

@@ -672,7 +672,8 @@ def test_a_stop_in_a_runs_first_milliseconds_is_never_lost(tmp_path):
     lost, codes = [], set()
     for i in range(240):
         delay = (i % 80) * 0.0004  # 0 to 32 ms after the launch, three times
-        p = subprocess.Popen([*_gate(tmp_path), *wrap_exit_code(["sleep", "60"], tmp_path / "rc")],
+        gate = _gate(tmp_path, tmp_path / "closed", 0)
+        p = subprocess.Popen([*gate, *wrap_exit_code(["sleep", "60"], tmp_path / "rc")],
                              stdin=subprocess.PIPE, start_new_session=True)
         p.stdin.write(b"go\n")
         p.stdin.close()

@@ -296,7 +296,8 @@ def test_the_gate_enters_the_workdir_as_the_account(accounts: dict[str, Account]
     private, opened = _private_folder_with_an_open_one(accounts["alice"], home)
     refused = f"schedulearn: workdir: cannot enter {opened} as {accounts['bob'].name}"
     for who, code, out in (("alice", 0, "alice-weights"), ("bob", 1, refused)):
-        p = subprocess.run([*_gate(opened), "cat", "model.pt"], input=b"go\n", capture_output=True, cwd="/",
+        gate = _gate(opened, "/nonexistent/gate_closed", 0)
+        p = subprocess.run([*gate, "cat", "model.pt"], input=b"go\n", capture_output=True, cwd="/",
                            **accounts[who].popen_kwargs())
         assert (p.returncode, (p.stdout + p.stderr).decode().strip()) == (code, out), who
 

@@ -14,6 +14,8 @@ own two: the result's name and its MAC's suffix, re-exported below).
   by the API only when the MAC is the job's (`results.open_result`).
 * `exit_code` — written by the local executor's wrapper (`exitwrap.py`), read after a server restart.
 * `pid` — the local executor's record of the running run, read after a server restart.
+* `gate_closed` — the run number of a local run whose gate closed before the go-ahead (the
+  server died between the `pid` file and the start: nothing of that run ran), written by the gate.
 * `.schedulearn-run.py` — the Docker executor's copy of the job runner (`run.py`).
 
 `<job_root>/.result-secret` (the server's result secret, mode 0600) is no job's.
@@ -41,6 +43,8 @@ REPORT_FIELDS = frozenset({
 EXIT_CODE_FILE = "exit_code"
 #: The local executor's record of the running run (pid, start time, boot id, run number).
 PID_FILE = "pid"
+#: Written by a local run's gate when it closed unopened: that run's number (nothing of it ran).
+GATE_CLOSED_FILE = "gate_closed"
 #: The job runner, copied into the directory where the job's Python may not have schedulearn.
 RUNNER_COPY = ".schedulearn-run.py"
 #: The server's secret (in the job root, not in a job's directory).
@@ -52,6 +56,7 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_SCRIPT_BYTES = MAX_REQUEST_BYTES - 128 * 1024
 
 __all__ = [
-    "CHECKPOINT_DIR", "EXIT_CODE_FILE", "LOG_NAME", "MAC_SUFFIX", "MAX_REQUEST_BYTES", "MAX_SCRIPT_BYTES",
-    "METRICS_FILE", "PID_FILE", "RESULT_FILE", "RUNNER_COPY", "SCRIPT_NAME", "SECRET_NAME",
+    "CHECKPOINT_DIR", "EXIT_CODE_FILE", "GATE_CLOSED_FILE", "LOG_NAME", "MAC_SUFFIX", "MAX_REQUEST_BYTES",
+    "MAX_SCRIPT_BYTES", "METRICS_FILE", "PID_FILE", "RESULT_FILE", "RUNNER_COPY", "SCRIPT_NAME",
+    "SECRET_NAME",
 ]

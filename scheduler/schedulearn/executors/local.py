@@ -16,8 +16,10 @@ children, a pidfd for runs re-attached after a restart), so nothing polls while 
 Crash consistency: a run's process starts behind a gate — a `/bin/sh` that waits for one line on
 its stdin (a pipe from this executor) before it execs the job. The line is written only after
 the `pid` file is; if the server dies first the pipe closes and the gate exits without running
-anything. So a run that ever ran user code always has its `pid` file, and after a restart
-`adopt` either re-attaches to it or knows that it never ran (the engine then starts it again).
+anything, leaving its run number in the job directory's `gate_closed`. So a run that ever ran
+user code always has its `pid` file, and after a restart `adopt` either re-attaches to it or knows
+that it never ran (the engine then starts it again); a resize's relaunch found dead behind a
+closed gate is launched again (`_reattach`), not reported lost.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import busygpus, gpulocks, joblogs, nofollow, pauses
 from ..inventory import HostInventory, Inventory, gpu_names
-from ..jobfiles import EXIT_CODE_FILE, PID_FILE
+from ..jobfiles import EXIT_CODE_FILE, GATE_CLOSED_FILE, PID_FILE
 from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
 from . import oom
 from .base import ExecutorError, Unavailable
@@ -67,17 +69,20 @@ if TYPE_CHECKING:
 GATE_CLOSED = 75
 
 
-def _gate(cwd: Path | str) -> list[str]:
+def _gate(cwd: Path | str, closed: Path | str, restarts: int) -> list[str]:
     """The run's first process: waits for the go-ahead, changes into `cwd`, then execs the rest of
-    its argv. The change is made here, by the job's own account (the shared set-up), never by
-    the root server before the switch: a process that entered a folder as root keeps reading what
-    lies there even when a folder above is private to another user (bob's `--workdir` set to
-    alice's checkpoints, inside her 0700 job directory, read her model)."""
+    its argv; if its pipe closes first (the server died), it writes `restarts` into `closed` and
+    exits with `GATE_CLOSED`, having run nothing. The change is made here, by the job's own
+    account (the shared set-up), never by the root server before the switch: a process that
+    entered a folder as root keeps reading what lies there even when a folder above is private to
+    another user (bob's `--workdir` set to alice's checkpoints, inside her 0700 job directory,
+    read her model)."""
     enter = ('cd -- "$1" 2>/dev/null || '
              '{ echo "schedulearn: workdir: cannot enter $1 as $(id -un)" >&2; exit 1; }')
     first = f"echo {oom.JOB_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null"  # (`oom`: jobs go first)
-    return ["/bin/sh", "-c", f'read -r go || exit {GATE_CLOSED}; {enter}; {first}; shift; exec "$@" '
-            '</dev/null', "schedulearn-gate", str(cwd)]
+    unopened = f'{{ {{ echo "$3" >"$2"; }} 2>/dev/null; exit {GATE_CLOSED}; }}'
+    return ["/bin/sh", "-c", f'read -r go || {unopened}; {enter}; {first}; shift 3; exec "$@" '
+            '</dev/null', "schedulearn-gate", str(cwd), str(closed), str(restarts)]
 
 
 log = logging.getLogger("schedulearn.executors.local")
@@ -136,11 +141,25 @@ class LocalExecutor(RunExecutor):
     # -- after a restart ---------------------------------------------------------------------------
     def _reattach(self, job: Job) -> _Run | None:
         info = self._pid_info(job.id)
-        if (info is not None and int(info.get("restarts", 0)) < job.restarts and job.stopping is None
-                and not self._alive(info)):  # a resize was recorded and its old run is gone
-            self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)
-            return None
+        if info is not None and job.stopping is None and not self._alive(info):
+            run_no = int(info.get("restarts", 0))
+            if run_no < job.restarts:  # a resize was recorded and its old run is gone
+                self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)
+                return None
+            if run_no == job.restarts and self._gate_closed(job.id, run_no):
+                # a resize's relaunch cut short behind its gate: nothing of it ran
+                joblogs.append_line(self.log_path(job.id), f"{joblogs.MARKER} run #{run_no} never started "
+                                    "(the server stopped before its gate opened): starting it again ===\n")
+                self._relaunch_now(job.id, job.spec, dict(job.alloc), job.restarts)
+                return None
         return self._find_run(job)
+
+    def _gate_closed(self, job_id: int, restarts: int) -> bool:
+        """Whether run `restarts` of the job closed its gate unopened (`_gate`)."""
+        try:
+            return nofollow.read_text(self.job_dir(job_id) / GATE_CLOSED_FILE).strip() == str(restarts)
+        except (OSError, ValueError):
+            return False
 
     def adopt(self, job: Job) -> bool:
         info = self._pid_info(job.id)
@@ -326,6 +345,7 @@ class LocalExecutor(RunExecutor):
         check_command(user_command(spec, self.python, d), env["PATH"], cwd)
         exit_file = d / EXIT_CODE_FILE
         exit_file.unlink(missing_ok=True)
+        (d / GATE_CLOSED_FILE).unlink(missing_ok=True)
         if elastic is not None:
             self._prepare_elastic(d, job_id, alloc, account)
         with self._open_log(job_id) as logf:
@@ -366,7 +386,8 @@ class LocalExecutor(RunExecutor):
         cuda = worker.env["CUDA_VISIBLE_DEVICES"]
         logf.write(start_line(job_id, restarts, cuda, worker.shell()).encode())
         logf.flush()
-        argv = [*_gate(cwd), *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
+        gate = _gate(cwd, exit_file.parent / GATE_CLOSED_FILE, restarts)
+        argv = [*gate, *wrap_exit_code(worker.argv, exit_file, self._wrapper_python(account))]
         try:
             return subprocess.Popen(
                 argv, cwd="/", env=env,

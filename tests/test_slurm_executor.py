@@ -420,3 +420,25 @@ def test_a_new_run_is_not_ended_by_the_exit_code_its_previous_run_left(cluster: 
     finally:
         cluster.cancel_all()
         ex.close()
+
+
+def test_a_held_job_of_ours_that_no_run_tracks_is_cancelled_as_an_orphan(cluster: SlurmCluster,
+                                                                         tmp_path: Path) -> None:
+    """An `sbatch` whose answer a crash lost may reach Slurm only after the restarted server looked
+    for it (the run was submitted again meanwhile): a held job with this server's tag that no run
+    tracks. The poll cancels it once it has been so for `orphan_grace` s; another server's held
+    job (another tag) and someone's own held job stay."""
+    ex = executor(cluster, tmp_path)
+    ex.orphan_grace = 1.0
+
+    def held(*comment: str) -> str:
+        return cluster.run("sbatch", "--parsable", "--hold", "--gres=gpu:1", "--output=/dev/null", *comment,
+                           "--wrap", "sleep 1").stdout.strip()
+
+    orphan, other = held(f"--comment={ex.tag}:7:0"), held("--comment=schedulearn:0123456789:7:0")
+    someones = held()
+    (a,) = run_jobs(ex, [{"name": "a", "script": "import time; time.sleep(4)\n", "gpus": 1}])
+    assert a.state is JobState.succeeded, a.reason + ex.logs(a.id)
+    states = {str(j["job_id"]): (j["job_state"], j.get("state_reason")) for j in cluster.jobs()}
+    assert states.get(orphan, ("CANCELLED",))[0] == "CANCELLED", states
+    assert states[other] == states[someones] == ("PENDING", "JobHeldUser"), states

@@ -27,7 +27,9 @@ Crash consistency, as the local executor's gate: the job is submitted held (`--h
 id written to `slurm-<run>/job` in the job directory, then released (`scontrol release`). A run
 that ever ran user code therefore always has its id on disk; a held one found after a crash never
 ran: its launch is completed (the id written, the job released), not submitted a second time —
-a job's first launch (`adopt`) and a relaunch after a resize (`_reattach`) alike.
+a job's first launch (`adopt`) and a relaunch after a resize (`_reattach`) alike. A held job of
+ours that no run tracks for `orphan_grace` seconds (an `sbatch` that reached Slurm only after the
+restarted server had looked, so the run was submitted again) is cancelled by the poll.
 
 One thread polls `squeue --json` (every `slurm_poll_interval` s) while runs are tracked: a run
 that left the active states is over; its exit status is the one its batch script wrote into the
@@ -101,6 +103,9 @@ _HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
 #: how long a run waits in Slurm's queue before the job's reason says so (a run is usually
 #: started within a second or two: no flicker for that)
 PENDING_NOTE_S = 10.0
+#: how long one of this server's Slurm jobs may sit held with no run tracking it before it is
+#: cancelled as an orphan (a launch holds its job for well under a second)
+ORPHAN_GRACE_S = 300.0
 
 PARTITION = Option("slurm_partition", "", "the Slurm partition Schedulearn manages "
                    "(default: the cluster's default partition)")
@@ -174,6 +179,8 @@ class SlurmExecutor(RunExecutor):
         self.sbatch_args = list(sbatch_args)
         self.poll_interval = poll_interval
         self.pending_note_s = PENDING_NOTE_S
+        self.orphan_grace = ORPHAN_GRACE_S
+        self._orphans: dict[int, float] = {}  # held Slurm job no run tracks -> monotonic first seen
         self.cli = cli or SlurmCli(slurm_env)
         self._partition = partition
         #: this server's mark on its Slurm jobs (one Schedulearn per job root)
@@ -421,6 +428,26 @@ class SlurmExecutor(RunExecutor):
                 self._ended(run, parts)
             elif run.seen or self._exit_code(run) is not None:  # aged out of squeue
                 self._ended(run, [])
+        self._sweep_orphans(by_leader)
+
+    def _sweep_orphans(self, by_leader: dict[int, list[SlurmJob]]) -> None:
+        """Cancel this server's Slurm jobs that sat held, tracked by no run, for `orphan_grace`
+        s: a launch's `sbatch` whose answer a crash lost and that reached Slurm only after the
+        restarted server had looked for it, so that the run was submitted again. Such a job
+        holds no GPU, but would sit in the queue for ever."""
+        now = time.monotonic()
+        with self._lock:
+            tracked = set(self._tracked.runs)
+        held = [leader for leader, parts in by_leader.items() if leader not in tracked and _held(parts)
+                and any(j.id == leader and self._ours(j) for j in parts)]
+        self._orphans = {i: self._orphans.get(i, now) for i in held}
+        for slurm_id, since in list(self._orphans.items()):
+            if now - since >= self.orphan_grace:
+                comment = next(j.comment for j in by_leader[slurm_id] if j.id == slurm_id)
+                log.warning("slurm: cancelling job %s (%s): held with no run of this server tracking it "
+                            "for %.0f s (a submit a crash cut short)", slurm_id, comment, now - since)
+                self._cancel_quietly(slurm_id)
+                del self._orphans[slurm_id]
 
     def _taken_outside(self, run: _Run, jobs: list[SlurmJob]) -> str:
         """Where Slurm cannot start `run` because jobs it did not get from this server took the

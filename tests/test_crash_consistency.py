@@ -310,7 +310,7 @@ def note(what):
         f.write(json.dumps(dict(what=what, **me)) + "\\n")
 signal.signal(signal.SIGTERM, lambda *_: (note("term"), sys.exit(0)))
 note("start")
-time.sleep(60 if me["job"] == "1" and me["run"] == 0 else 1.5)
+time.sleep({"1": 60 if me["run"] == 0 else 1.5}.get(me["job"], 4))
 note("end")
 """
 
@@ -351,8 +351,8 @@ def test_a_relaunch_cut_short_behind_its_gate_is_started_again_after_a_restart(t
             await wait_for(lambda: a.state.final and b.state.final, 40, "both jobs to end")
             assert a.state is JobState.succeeded, a.to_dict()
             assert b.state is JobState.succeeded, b.to_dict()
-            runs = read(1)
-            assert runs.count(("start", 1)) == 1 and ("end", 1) in runs, runs
+            runs = read(1)  # run #1 once (it may grow again, run #2, when the newcomer ends first)
+            assert runs.count(("start", 1)) == 1 and runs[-1][0] == "end" and runs[-1][1] >= 1, runs
             log = (job_dir / "log.txt").read_text()
             assert "run #1 never started (the server stopped before its gate opened)" in log
             assert not (job_dir / GATE_CLOSED_FILE).exists()  # each launch removes the last one's

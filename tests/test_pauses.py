@@ -258,6 +258,55 @@ def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_
     assert link.paused == [(1, 29.5, 41.0)]
 
 
+def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp_path, monkeypatch):
+    """A job that reports only its progress has no step read before its new reports: its pause
+    is measured from the last lines read, a window of `READ_AT_MOST` bytes, never the whole
+    `metrics.jsonl` (which a job may grow without end: read whole on the server's loop each
+    round while the pause was pending, 64 GiB of it raised MemoryError). Here the window is
+    4 KiB, the file 20."""
+    from schedulearn import nofollow
+    from schedulearn.estimates import reports
+
+    class Link:
+        def __init__(self, job):
+            self.running, self.paused = {job.id: job}, []
+
+        def resize_paused(self, job_id, pause, now):
+            self.paused.append((job_id, pause["pause_s"], now))
+
+    monkeypatch.setattr(reports, "READ_AT_MOST", 4096)
+    limits = []
+    real = nofollow.read_bytes
+
+    def read_bytes(path, owner=None, offset=0, limit=-1):
+        limits.append(limit)
+        return real(path, owner, offset, limit)
+
+    monkeypatch.setattr(nofollow, "read_bytes", read_bytes)
+    ex = LocalExecutor(tmp_path / "jobs")
+    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, max_gpus=2), submit_time=0.0)
+    ex.engine = link = Link(job)
+    path = ex.job_dir(1) / "metrics.jsonl"
+    path.parent.mkdir(parents=True)
+
+    def write(*rows):
+        with path.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in _progress(*rows))
+
+    write(*((t / 10, t / 10_000, 1, 0) for t in range(1, 400)))  # 40 s of reports, 20 KiB
+    while int(job.extra.get("reports_offset") or 0) < path.stat().st_size:
+        ex.advance(41.0)
+    job.extra[pauses.PENDING_KEY] = pauses.pending(42.0, 1, 2, 1, False)  # restarted at 42 s on 2
+    write((42.5, 0.0425, 1, 0))  # the old run's last report (p0), after the mark
+    write((60.0, 0.05, 2, 1))  # the new run, past p0 by 0.0075
+    ex.advance(61.0)
+    assert link.paused == []  # one report past p0: no rate yet
+    write((70.0, 0.06, 2, 1))  # 0.01 in 10 s: back at p0 0.75 s before 60.0
+    ex.advance(71.0)
+    assert link.paused == [(1, pytest.approx(60.0 - 7.5 - 42.5), 71.0)]
+    assert path.stat().st_size > 16_000 and limits and all(0 <= n <= 4096 for n in limits), limits
+
+
 def test_a_cell_run_again_starts_from_its_earlier_runs_pauses(tmp_path):
     """The engine keeps what a finished job's resizes cost for the next run of its cell
     (`History.pauses_of`), through a restart of the server too: the next run's first resize is

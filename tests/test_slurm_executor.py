@@ -442,3 +442,21 @@ def test_a_held_job_of_ours_that_no_run_tracks_is_cancelled_as_an_orphan(cluster
     states = {str(j["job_id"]): (j["job_state"], j.get("state_reason")) for j in cluster.jobs()}
     assert states.get(orphan, ("CANCELLED",))[0] == "CANCELLED", states
     assert states[other] == states[someones] == ("PENDING", "JobHeldUser"), states
+
+
+def test_the_exit_code_a_batch_script_writes_is_read_a_few_bytes_at_most(tmp_path: Path) -> None:
+    """The job directory's `exit_code` is the job's to write (its batch script runs as the job's
+    account): a 64 GiB one (sparse) costs each poll a few bytes, not a MemoryError. No Slurm needed."""
+    from schedulearn.executors.slurm import JOB_ID_FILE, RUN_DIR, _Run
+
+    ex = SlurmExecutor(tmp_path / "jobs")
+    run_dir = ex.job_dir(1) / RUN_DIR.format(restarts=0)
+    run_dir.mkdir(parents=True)
+    (run_dir / JOB_ID_FILE).write_text(json.dumps({"slurm_id": 41, "restarts": 0}))
+    run = _Run(job_id=1, restarts=0, slurm_id=41)
+    with open(ex.job_dir(1) / EXIT_CODE_FILE, "wb") as f:
+        f.write(b"3\n")
+        f.truncate(64 << 30)
+    assert ex._exit_code(run) is None  # not a number: NUL bytes follow
+    (ex.job_dir(1) / EXIT_CODE_FILE).write_bytes(b"3\n")
+    assert ex._exit_code(run) == 3

@@ -275,6 +275,21 @@ def load_reports(path: str | Path) -> list[dict[str, Any]]:
     return [r for r in _records(data) if _timed(r)]
 
 
+def load_recent(path: str | Path, end: int, size: int | None = None) -> list[dict[str, Any]]:
+    """The reports in the last `size` (`READ_AT_MOST`) bytes of a job's `metrics.jsonl` before
+    byte `end` (a line the window's start cuts is left out): what the server reads of a job's
+    file beyond `refresh`'s new lines, bounded like them (`load_reports` reads it whole: the
+    job's side only)."""
+    start = max(end - (size or READ_AT_MOST), 0)
+    try:
+        data = nofollow.read_bytes(path, offset=start, limit=end - start) if end > start else b""
+    except OSError:
+        return []
+    if start:
+        data = data[data.find(b"\n") + 1:]  # (no newline at all: nothing whole; find gives -1)
+    return [r for r in _records(data) if _timed(r)]
+
+
 def _records(data: bytes) -> list[dict[str, Any]]:
     out = []
     for line in data.splitlines():

@@ -224,7 +224,7 @@ class JobDirExecutor(Executor):
             return
         from .. import pauses
         from ..estimates import refresh
-        from ..estimates.reports import load_reports
+        from ..estimates.reports import load_recent
 
         for job in list(self.engine.running.values()):
             path = self.job_dir(job.id) / METRICS_FILE
@@ -235,7 +235,11 @@ class JobDirExecutor(Executor):
             if mark is None:
                 continue
             before = job.extra.get("_step_before")  # the last step of the reports read before
-            pause = pauses.measure(mark, [before, *new] if before else load_reports(path), job.spec.epochs)
+            # else (a job reporting only progress, or a server just restarted) the last lines read,
+            # a bounded window: never the whole file a job may have grown without end
+            read_to = int(job.extra.get("reports_offset") or 0)
+            recent = [before, *new] if before else load_recent(path, read_to)
+            pause = pauses.measure(mark, recent, job.spec.epochs)
             if pause is not None:
                 self.engine.resize_paused(job.id, pause, now)
             elif now - mark["t"] > pauses.GIVE_UP_S:

@@ -157,7 +157,9 @@ class LocalExecutor(RunExecutor):
     def _gate_closed(self, job_id: int, restarts: int) -> bool:
         """Whether run `restarts` of the job closed its gate unopened (`_gate`)."""
         try:
-            return nofollow.read_text(self.job_dir(job_id) / GATE_CLOSED_FILE).strip() == str(restarts)
+            # (the job's own file: a few bytes are read, whatever it holds)
+            got = nofollow.read_bytes(self.job_dir(job_id) / GATE_CLOSED_FILE, limit=32)
+            return got.decode().strip() == str(restarts)
         except (OSError, ValueError):
             return False
 
@@ -793,8 +795,8 @@ def _wait_foreign(pid: int) -> None:
 
 
 def _read_exit_code(path: Path) -> int | None:
-    try:
-        return int(nofollow.read_text(path).strip())
+    try:  # (written by the run's wrapper, as the job: a few bytes are read, whatever it holds)
+        return int(nofollow.read_bytes(path, limit=32).decode().strip())
     except (OSError, ValueError):
         return None
 

@@ -558,7 +558,8 @@ class SlurmExecutor(RunExecutor):
             info = json.loads(nofollow.read_text(d / RUN_DIR.format(restarts=run.restarts) / JOB_ID_FILE))
             if int(info["slurm_id"]) != run.slurm_id:
                 return None
-            return int(nofollow.read_text(d / EXIT_CODE_FILE).strip())
+            # (the batch script's, as the job: a few bytes are read, whatever it holds)
+            return int(nofollow.read_bytes(d / EXIT_CODE_FILE, limit=32).decode().strip())
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

@@ -261,9 +261,8 @@ def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_
 def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp_path, monkeypatch):
     """A job that reports only its progress has no step read before its new reports: its pause
     is measured from the last lines read, a window of `READ_AT_MOST` bytes, never the whole
-    `metrics.jsonl` (which a job may grow without end: read whole on the server's loop each
-    round while the pause was pending, 64 GiB of it raised MemoryError). Here the window is
-    4 KiB, the file 20."""
+    `metrics.jsonl` (which a job may grow without end: it was read whole, on the server's loop,
+    each round while the pause was pending). Here the window is 4 KiB, the file 20."""
     from schedulearn import nofollow
     from schedulearn.estimates import reports
 

@@ -872,21 +872,25 @@ def test_sizes_and_the_self_pause_in_words():
 
 
 def test_the_files_a_job_writes_for_the_server_are_read_a_few_bytes_at_most(tmp_path):
-    """`exit_code` and `gate_closed` are written as the job (its wrapper, its gate): a job that
-    puts a 64 GiB file there (sparse: no disk) costs the server a few bytes of reading, not a
-    MemoryError or the OOM killer. Read whole, as before, each raised MemoryError."""
-    from schedulearn.executors.local import _read_exit_code
+    """`exit_code`, `gate_closed` and the Horovod slots' pid files are written as the job (its
+    wrapper, its gate, its slot wrappers): a job that puts a 64 GiB file there (sparse: no disk)
+    costs the server a few bytes of reading, not a MemoryError or the OOM killer. Read whole, as
+    before, each raised MemoryError."""
+    from schedulearn.executors.local import _read_exit_code, _slot_pids
     from schedulearn.jobfiles import EXIT_CODE_FILE, GATE_CLOSED_FILE
 
     ex = LocalExecutor(tmp_path / "jobs")
     d = ex.job_dir(1)
-    d.mkdir(parents=True)
-    for name, text in ((EXIT_CODE_FILE, b"3\n"), (GATE_CLOSED_FILE, b"2\n")):
+    (d / "workers").mkdir(parents=True)
+    files = ((EXIT_CODE_FILE, b"3\n"), (GATE_CLOSED_FILE, b"2\n"), ("workers/1", b"4242\n"))
+    for name, text in files:
         with open(d / name, "wb") as f:
             f.write(text)
             f.truncate(64 << 30)
     assert _read_exit_code(d / EXIT_CODE_FILE) is None  # not a number: NUL bytes follow
     assert not ex._gate_closed(1, 2)
-    for name, text in ((EXIT_CODE_FILE, b"3\n"), (GATE_CLOSED_FILE, b"2\n")):
+    assert _slot_pids(d / "workers", 1) == [4242]  # its first bytes
+    for name, text in files:
         (d / name).write_bytes(text)
     assert _read_exit_code(d / EXIT_CODE_FILE) == 3 and ex._gate_closed(1, 2) and not ex._gate_closed(1, 1)
+    assert _slot_pids(d / "workers", 1) == [4242] and _slot_pids(d / "workers", 2) == []

@@ -446,7 +446,8 @@ def test_a_held_job_of_ours_that_no_run_tracks_is_cancelled_as_an_orphan(cluster
 
 def test_the_exit_code_a_batch_script_writes_is_read_a_few_bytes_at_most(tmp_path: Path) -> None:
     """The job directory's `exit_code` is the job's to write (its batch script runs as the job's
-    account): a 64 GiB one (sparse) costs each poll a few bytes, not a MemoryError. No Slurm needed."""
+    account), and the run's `job` file lies in the job's directory: a 64 GiB one (sparse) costs
+    each poll a few bytes, not a MemoryError. No Slurm needed."""
     from schedulearn.executors.slurm import JOB_ID_FILE, RUN_DIR, _Run
 
     ex = SlurmExecutor(tmp_path / "jobs")
@@ -460,3 +461,6 @@ def test_the_exit_code_a_batch_script_writes_is_read_a_few_bytes_at_most(tmp_pat
     assert ex._exit_code(run) is None  # not a number: NUL bytes follow
     (ex.job_dir(1) / EXIT_CODE_FILE).write_bytes(b"3\n")
     assert ex._exit_code(run) == 3
+    with open(run_dir / JOB_ID_FILE, "ab") as f:  # the server's, but in the job's directory
+        f.truncate(64 << 30)
+    assert ex._exit_code(run) is None

@@ -454,8 +454,8 @@ class DockerExecutor(RunExecutor):
             pids = []
             for slot in range(keep, len(idx)):
                 try:
-                    pids += nofollow.read_text(d / f"{slot}{suffix}").split()
-                except OSError:
+                    pids += nofollow.read_bytes(d / f"{slot}{suffix}", limit=4096).decode().split()  # (a few)
+                except (OSError, ValueError):
                     continue
             removed[host] = [p for p in pids if p.isdigit()]
         deadline, sig = time.monotonic() + self.shrink_wait, "TERM"

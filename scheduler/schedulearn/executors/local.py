@@ -665,8 +665,8 @@ def _slot_pids(workers: Path, keep: int) -> list[int]:
     for e in entries:
         if e.name.isdigit() and int(e.name) >= keep:
             try:
-                text = nofollow.read_text(e.path)
-            except OSError:
+                text = nofollow.read_bytes(e.path, limit=4096).decode()  # (a few pids)
+            except (OSError, ValueError):
                 continue
             out.extend(int(w) for w in text.split() if w.isdigit())
     return out

@@ -555,7 +555,8 @@ class SlurmExecutor(RunExecutor):
         """What the batch script recorded for this run (None: it did not get that far)."""
         d = self.job_dir(run.job_id)
         try:
-            info = json.loads(nofollow.read_text(d / RUN_DIR.format(restarts=run.restarts) / JOB_ID_FILE))
+            info = json.loads(nofollow.read_bytes(d / RUN_DIR.format(restarts=run.restarts) / JOB_ID_FILE,
+                                                  limit=4096))  # (in the job's directory: bounded)
             if int(info["slurm_id"]) != run.slurm_id:
                 return None
             # (the batch script's, as the job: a few bytes are read, whatever it holds)

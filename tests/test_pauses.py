@@ -223,22 +223,32 @@ def test_a_simulated_job_reporting_only_progress_measures_its_pause_as_live():
     assert eng.restart_price(a) == pytest.approx(12.0)
 
 
+class _Link:
+    """What the local executor's `advance` calls of its engine: the running jobs, and
+    `resize_paused` (recorded)."""
+
+    def __init__(self, job):
+        self.running, self.paused = {job.id: job}, []
+
+    def resize_paused(self, job_id, pause, now):
+        self.paused.append((job_id, pause["pause_s"], now))
+
+
+def _live_job(tmp_path):
+    """A local executor with one running job (id 1) and its `metrics.jsonl`'s path."""
+    ex = LocalExecutor(tmp_path / "jobs")
+    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, max_gpus=2), submit_time=0.0)
+    ex.engine = link = _Link(job)
+    path = ex.job_dir(1) / "metrics.jsonl"
+    path.parent.mkdir(parents=True)
+    return ex, job, link, path
+
+
 def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_path):
     """Live, a resize's pause is measured from the reports read since the last round and the last
     step read before them (the job's whole `metrics.jsonl` is not read again: here its early
     bytes are spoiled once read, and the pause still comes out)."""
-    class Link:
-        def __init__(self, job):
-            self.running, self.paused = {job.id: job}, []
-
-        def resize_paused(self, job_id, pause, now):
-            self.paused.append((job_id, pause["pause_s"], now))
-
-    ex = LocalExecutor(tmp_path / "jobs")
-    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, max_gpus=2), submit_time=0.0)
-    ex.engine = link = Link(job)
-    path = ex.job_dir(1) / "metrics.jsonl"
-    path.parent.mkdir(parents=True)
+    ex, job, link, path = _live_job(tmp_path)
 
     def write(*rows):
         with path.open("a") as f:
@@ -266,13 +276,6 @@ def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp
     from schedulearn import nofollow
     from schedulearn.estimates import reports
 
-    class Link:
-        def __init__(self, job):
-            self.running, self.paused = {job.id: job}, []
-
-        def resize_paused(self, job_id, pause, now):
-            self.paused.append((job_id, pause["pause_s"], now))
-
     monkeypatch.setattr(reports, "READ_AT_MOST", 4096)
     limits = []
     real = nofollow.read_bytes
@@ -282,11 +285,7 @@ def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp
         return real(path, owner, offset, limit)
 
     monkeypatch.setattr(nofollow, "read_bytes", read_bytes)
-    ex = LocalExecutor(tmp_path / "jobs")
-    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, max_gpus=2), submit_time=0.0)
-    ex.engine = link = Link(job)
-    path = ex.job_dir(1) / "metrics.jsonl"
-    path.parent.mkdir(parents=True)
+    ex, job, link, path = _live_job(tmp_path)
 
     def write(*rows):
         with path.open("a") as f:

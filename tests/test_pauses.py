@@ -74,6 +74,10 @@ def test_a_job_reporting_only_progress_measures_its_pause_to_where_it_was():
     assert pauses.measure(mark, recs[:-1]) is None  # one report past it: no rate yet
     assert pauses.measure(mark, recs[2:]) is not None  # the old run's last report, after the mark
     assert pauses.measure(mark, recs[3:]) is None  # none before it
+    for cut in (2, 4, 5):  # read on from where the last call left them (`seen`): the same pause
+        seen: dict = {}
+        assert pauses.measure(mark, recs[:cut], seen=seen) is None
+        assert pauses.measure(mark, recs[cut:], seen=seen)["pause_s"] == pytest.approx(1.3)
     slow = [*old, *start, *_progress((14.0, 0.135, 2, 1), (24.0, 0.335, 2, 1))]
     assert pauses.measure(mark, slow)["pause_s"] == pytest.approx(14.0 - 0.25 - 10.2)
     epochs = [{**r, "progress": None, "epoch": round(r["progress"] * 100)} for r in recs]
@@ -270,18 +274,19 @@ def test_a_live_pause_is_measured_from_what_is_new_and_the_last_step_before(tmp_
 
 def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp_path, monkeypatch):
     """A job that reports only its progress has no step read before its new reports: its pause
-    is measured from the last lines read, a window of `READ_AT_MOST` bytes, never the whole
+    is looked for first in the last lines read, a window of `READ_AT_MOST` bytes, then in each
+    round's new lines only, from where the last look left it — never in the whole
     `metrics.jsonl` (which a job may grow without end: it was read whole, on the server's loop,
     each round while the pause was pending). Here the window is 4 KiB, the file 20."""
     from schedulearn import nofollow
     from schedulearn.estimates import reports
 
     monkeypatch.setattr(reports, "READ_AT_MOST", 4096)
-    limits = []
+    reads = []
     real = nofollow.read_bytes
 
     def read_bytes(path, owner=None, offset=0, limit=-1):
-        limits.append(limit)
+        reads.append((offset, limit))
         return real(path, owner, offset, limit)
 
     monkeypatch.setattr(nofollow, "read_bytes", read_bytes)
@@ -299,10 +304,12 @@ def test_a_progress_only_pause_is_measured_from_a_bounded_window_of_the_file(tmp
     write((60.0, 0.05, 2, 1))  # the new run, past p0 by 0.0075
     ex.advance(61.0)
     assert link.paused == []  # one report past p0: no rate yet
+    assert path.stat().st_size > 16_000 and reads and all(0 <= n <= 4096 for _, n in reads), reads
     write((70.0, 0.06, 2, 1))  # 0.01 in 10 s: back at p0 0.75 s before 60.0
+    read_to, reads[:] = job.extra["reports_offset"], []
     ex.advance(71.0)
     assert link.paused == [(1, pytest.approx(60.0 - 7.5 - 42.5), 71.0)]
-    assert path.stat().st_size > 16_000 and limits and all(0 <= n <= 4096 for n in limits), limits
+    assert reads and all(offset >= read_to for offset, _ in reads), reads  # only what is new
 
 
 def test_a_cell_run_again_starts_from_its_earlier_runs_pauses(tmp_path):

@@ -68,12 +68,14 @@ def _after(rec: dict[str, Any], mark: dict[str, Any]) -> bool:
 
 
 def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]],
-            epochs: int | None = None) -> dict[str, Any] | None:
+            epochs: int | None = None, seen: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The pause of the resize `mark` from the job's reports (oldest first): the time from the
     last step before it to the first step after it, or None while that step has not come.
     Reports that carry no step time (progress only) are not steps; where the job reported no
     step at all, its progress reports tell the pause (`_progress_pause`; a report's fraction
-    done as the estimates read it, `epochs` its spec's)."""
+    done as the estimates read it, `epochs` its spec's). With `seen` (a dict the caller keeps
+    between calls for this mark) the progress reports are read on from where the last call
+    left them: what it found is kept there, and each call needs only the reports that are new."""
     before, stepped, timed = None, False, []
     for rec in records:
         t = rec.get("t")
@@ -89,7 +91,7 @@ def measure(mark: dict[str, Any], records: Iterable[dict[str, Any]],
             t = max(_first_step_end(rec, t), before["t"])
             return _pause(mark, before["t"], t)
         before = rec
-    return None if stepped else _progress_pause(mark, timed, epochs)
+    return None if stepped else _progress_pause(mark, timed, epochs, {} if seen is None else seen)
 
 
 def _pause(mark: dict[str, Any], last: float, first: float) -> dict[str, Any]:
@@ -97,14 +99,16 @@ def _pause(mark: dict[str, Any], last: float, first: float) -> dict[str, Any]:
             "from": mark["from"], "to": mark["to"], "last_step_t": last, "first_step_t": first}
 
 
-def _progress_pause(mark: dict[str, Any], records: list[dict[str, Any]],
-                    epochs: int | None) -> dict[str, Any] | None:
+def _progress_pause(mark: dict[str, Any], records: list[dict[str, Any]], epochs: int | None,
+                    seen: dict[str, Any]) -> dict[str, Any] | None:
     """The pause of a job that reports only its progress: from its last report before the
     resize (t0, p0) to the time its new configuration reached p0 — its first report past p0
-    (t1, p1) less (p1 - p0) at the rate of the next one (t2, p2). None until both came."""
+    (t1, p1) less (p1 - p0) at the rate of the next one (t2, p2). None until both came; what
+    was found of them is left in `seen` (a later call goes on from there)."""
     from .estimates.reports import progress_of  # (here: the estimates import this module)
 
-    last = first = None  # (t0, p0), the old configuration's last; (t1, p1), the new one's first
+    # (t0, p0), the old configuration's last; (t1, p1), the new one's first
+    last, first = _pair(seen.get("last")), _pair(seen.get("first"))
     for rec in records:
         p, t = progress_of(rec, epochs), float(rec["t"])
         if p is None:
@@ -119,6 +123,13 @@ def _progress_pause(mark: dict[str, Any], records: list[dict[str, Any]],
         elif p > first[1] and t > first[0]:
             took = (first[1] - last[1]) * (t - first[0]) / (p - first[1])  # its work past p0
             return _pause(mark, last[0], max(first[0] - took, last[0]))
+    seen["last"], seen["first"] = last, first
+    return None
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return float(value[0]), float(value[1])
     return None
 
 

@@ -235,12 +235,19 @@ class JobDirExecutor(Executor):
             if mark is None:
                 continue
             before = job.extra.get("_step_before")  # the last step of the reports read before
-            # else (a job reporting only progress, or a server just restarted) the last lines read,
-            # a bounded window: never the whole file a job may have grown without end
-            read_to = int(job.extra.get("reports_offset") or 0)
-            recent = [before, *new] if before else load_recent(path, read_to)
-            pause = pauses.measure(mark, recent, job.spec.epochs)
+            seen = job.extra.get("_pause_seen")  # how far a progress-only job's were looked at
+            if before:
+                recent, seen = [before, *new], None
+            elif isinstance(seen, dict) and seen.get("mark") == mark["t"]:
+                recent = new
+            else:  # the first look at this resize (or the first since the server started): the
+                # last lines read, a bounded window, never the whole file a job may have grown
+                recent = load_recent(path, int(job.extra.get("reports_offset") or 0))
+                job.extra["_pause_seen"] = seen = {"mark": mark["t"]}
+            pause = pauses.measure(mark, recent, job.spec.epochs, seen)
             if pause is not None:
+                job.extra.pop("_pause_seen", None)
                 self.engine.resize_paused(job.id, pause, now)
             elif now - mark["t"] > pauses.GIVE_UP_S:
                 job.extra.pop(pauses.PENDING_KEY, None)
+                job.extra.pop("_pause_seen", None)

@@ -272,18 +272,19 @@ def test_restart_adopts_a_starting_job_whose_process_runs_and_requeues_one_that_
     asyncio.run(second())
 
 
-# a server that dies (`os._exit`, as kill -9) right after it wrote the `pid` file of a job's run #1 (the
-# relaunch after a resize), before it opened that run's gate
-CUT_AT_RELAUNCH = r"""
+# a server that dies (`os._exit`, as kill -9) right after it wrote the `pid` file of a job's run #N (0:
+# its first launch; 1: its relaunch after a resize), before it opened that run's gate
+CUT_BEHIND_THE_GATE = r"""
 import asyncio, json, os, sys
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import LocalExecutor
 from schedulearn.model import virtual_cluster
 from schedulearn.store import SqlStore
-url, root, notes, cmd = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+url, root, notes = sys.argv[1:4]
+cmd, run_no = json.loads(sys.argv[4]), int(sys.argv[5])
 real_replace = os.replace
 def replace(src, dst, *args, **kw):
-    cut = os.path.basename(str(dst)) == "pid" and json.loads(open(src).read())["restarts"] == 1
+    cut = os.path.basename(str(dst)) == "pid" and json.loads(open(src).read())["restarts"] == run_no
     real_replace(src, dst, *args, **kw)
     if cut:
         os._exit(9)
@@ -310,9 +311,62 @@ def note(what):
         f.write(json.dumps(dict(what=what, **me)) + "\\n")
 signal.signal(signal.SIGTERM, lambda *_: (note("term"), sys.exit(0)))
 note("start")
-time.sleep({"1": 60 if me["run"] == 0 else 1.5}.get(me["job"], 4))
+time.sleep({"1": float(sys.argv[2]) if me["run"] == 0 else 1.5}.get(me["job"], 4))
 note("end")
 """
+
+
+def cut_behind_the_gate(tmp_path: Path, run_no: int, first_run_s: float):
+    """Run `CUT_BEHIND_THE_GATE` to its death at job 1's run #`run_no` (job 1's run #0 lasting
+    `first_run_s`); check that the gate closed unopened, saying so. The store's URL, the job root,
+    job 1's directory and a reader of the runs' notes (job id -> [(what, run)])."""
+    from schedulearn.jobfiles import GATE_CLOSED_FILE
+
+    url, root, notes = f"sqlite:///{tmp_path}/jobs.db", tmp_path / "jobs", tmp_path / "notes.jsonl"
+    script = tmp_path / "job.py"
+    script.write_text(RUN_NUMBERED)
+    cmd = [PY, str(script), str(notes), str(first_run_s)]
+
+    def read(job_id):
+        if not notes.exists():
+            return []
+        return [(n["what"], n["run"]) for n in map(json.loads, notes.read_text().splitlines())
+                if n["job"] == str(job_id)]
+
+    crashed = subprocess.run([PY, "-c", CUT_BEHIND_THE_GATE, url, str(root), str(notes), json.dumps(cmd),
+                              str(run_no)], timeout=90, capture_output=True, text=True)
+    assert crashed.returncode == 9, crashed.stderr[-3000:]
+    job_dir = root / "1"
+    assert json.loads((job_dir / PID_FILE).read_text())["restarts"] == run_no
+    deadline = time.monotonic() + 10  # the gate writes it when it sees its pipe closed
+    while not (job_dir / GATE_CLOSED_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (job_dir / GATE_CLOSED_FILE).read_text().strip() == str(run_no)
+    return url, root, job_dir, read
+
+
+def test_a_first_launch_cut_short_behind_its_gate_runs_once_after_a_restart(tmp_path):
+    """The server dies after writing the `pid` file of job 1's first run, before opening its gate
+    (the job `starting` in the store): the next server finds nothing of it ran, puts it back in
+    the queue, and it runs once."""
+    from schedulearn.jobfiles import GATE_CLOSED_FILE
+
+    url, root, job_dir, read = cut_behind_the_gate(tmp_path, 0, first_run_s=1.5)
+    assert read(1) == []
+    store = SqlStore(url)
+    assert store.get_job(1).state is JobState.starting
+
+    async def second():
+        async with live(root, store, policy="elastic-fifo") as (eng, ex):
+            a = eng.get(1)
+            await wait_for(lambda: a.state.final, 40, "the job to end")
+            assert a.state is JobState.succeeded, a.to_dict()
+            assert read(1) == [("start", 0), ("end", 0)]
+            assert "requeued" in [e["kind"] for e in store.events(job_id=1)]
+            assert not (job_dir / GATE_CLOSED_FILE).exists()
+
+    asyncio.run(second())
+    store.close()
 
 
 def test_a_relaunch_cut_short_behind_its_gate_is_started_again_after_a_restart(tmp_path):
@@ -322,24 +376,7 @@ def test_a_relaunch_cut_short_behind_its_gate_is_started_again_after_a_restart(t
     restart`, as it did when a dead run with no exit status read the same as one killed hard."""
     from schedulearn.jobfiles import GATE_CLOSED_FILE
 
-    url, root, notes = f"sqlite:///{tmp_path}/jobs.db", tmp_path / "jobs", tmp_path / "notes.jsonl"
-    script = tmp_path / "job.py"
-    script.write_text(RUN_NUMBERED)
-    cmd = [PY, str(script), str(notes)]
-
-    def read(job_id):
-        return [(n["what"], n["run"]) for n in map(json.loads, notes.read_text().splitlines())
-                if n["job"] == str(job_id)]
-
-    crashed = subprocess.run([PY, "-c", CUT_AT_RELAUNCH, url, str(root), str(notes), json.dumps(cmd)],
-                             timeout=90, capture_output=True, text=True)
-    assert crashed.returncode == 9, crashed.stderr[-3000:]
-    job_dir = root / "1"
-    assert json.loads((job_dir / PID_FILE).read_text())["restarts"] == 1
-    deadline = time.monotonic() + 10  # the gate writes it when it sees its pipe closed
-    while not (job_dir / GATE_CLOSED_FILE).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (job_dir / GATE_CLOSED_FILE).read_text().strip() == "1"
+    url, root, job_dir, read = cut_behind_the_gate(tmp_path, 1, first_run_s=60)
     assert read(1) == [("start", 0), ("term", 0)]  # run #0 stopped for the resize, #1 never ran
     store = SqlStore(url)
     a = store.get_job(1)

@@ -159,23 +159,23 @@ def main() -> None:
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
           f"{MINUTE} new lines per round, median of {args.reps}")
     if args.pause:
-        print("| lines in the file | MB | whole file ms/round | now: first look, ms | now: later rounds, ms "
-              "| ratio |")
-        print("|---|---|---|---|---|---|")
-        with tempfile.TemporaryDirectory() as d:
-            for n in lengths:
-                r = pending_pause(n, args.reps, Path(d))
-                print(f"| {n:,} | {r['mb']:.1f} | {r['whole']:.1f} | {r['first']:.1f} | {r['now']:.2f} | "
-                      f"{r['whole'] / r['now']:.0f}x |", flush=True)
-        return
-    print("| lines in the file | MB | whole file ms/round | new lines only ms/round | ratio |")
-    print("|---|---|---|---|---|")
+        header = "| lines in the file | MB | whole file ms/round | now: first look, ms | now: later, ms |"
+        measure = pending_pause
+
+        def row(r: dict[str, float]) -> str:
+            return f"{r['whole']:.1f} | {r['first']:.1f} | {r['now']:.2f} | {r['whole'] / r['now']:.0f}x"
+    else:
+        header = "| lines in the file | MB | whole file ms/round | new lines only ms/round |"
+        measure = one_length
+
+        def row(r: dict[str, float]) -> str:
+            return f"{r['whole']:.1f} | {r['new']:.2f} | {r['whole'] / r['new']:.0f}x"
+    print(header + " ratio |")
+    print("|---" * (header.count("|")) + "|")
     with tempfile.TemporaryDirectory() as d:
         for n in lengths:
-            r = one_length(n, args.reps, Path(d))
-            print(f"| {n:,} | {r['mb']:.1f} | {r['whole']:.1f} | {r['new']:.2f} | "
-                  f"{r['whole'] / r['new']:.0f}x |", flush=True)
-
+            r = measure(n, args.reps, Path(d))
+            print(f"| {n:,} | {r['mb']:.1f} | {row(r)} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -50,8 +50,10 @@ def read_bytes(path: str | os.PathLike[str], owner: int | None = None, offset: i
         return f.read(limit)
 
 
-def read_text(path: str | os.PathLike[str], owner: int | None = None) -> str:
-    return read_bytes(path, owner).decode()
+def read_text(path: str | os.PathLike[str], owner: int | None = None, limit: int = -1) -> str:
+    """`read_bytes`, decoded (UTF-8: `UnicodeDecodeError`, a ValueError, otherwise); `limit`
+    bounds a file a job may have written (its first `limit` bytes)."""
+    return read_bytes(path, owner, limit=limit).decode()
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

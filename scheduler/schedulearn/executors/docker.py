@@ -454,7 +454,7 @@ class DockerExecutor(RunExecutor):
             pids = []
             for slot in range(keep, len(idx)):
                 try:
-                    pids += nofollow.read_bytes(d / f"{slot}{suffix}", limit=4096).decode().split()  # (a few)
+                    pids += nofollow.read_text(d / f"{slot}{suffix}", limit=4096).split()  # (a few)
                 except (OSError, ValueError):
                     continue
             removed[host] = [p for p in pids if p.isdigit()]

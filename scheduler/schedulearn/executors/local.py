@@ -156,12 +156,11 @@ class LocalExecutor(RunExecutor):
 
     def _gate_closed(self, job_id: int, restarts: int) -> bool:
         """Whether run `restarts` of the job closed its gate unopened (`_gate`)."""
-        try:
-            # (the job's own file: a few bytes are read, whatever it holds)
-            got = nofollow.read_bytes(self.job_dir(job_id) / GATE_CLOSED_FILE, limit=32)
-            return got.decode().strip() == str(restarts)
+        try:  # (the job's own file: a few bytes are read, whatever it holds)
+            said = nofollow.read_text(self.job_dir(job_id) / GATE_CLOSED_FILE, limit=32)
         except (OSError, ValueError):
             return False
+        return said.strip() == str(restarts)
 
     def adopt(self, job: Job) -> bool:
         info = self._pid_info(job.id)
@@ -665,7 +664,7 @@ def _slot_pids(workers: Path, keep: int) -> list[int]:
     for e in entries:
         if e.name.isdigit() and int(e.name) >= keep:
             try:
-                text = nofollow.read_bytes(e.path, limit=4096).decode()  # (a few pids)
+                text = nofollow.read_text(e.path, limit=4096)  # (a few pids)
             except (OSError, ValueError):
                 continue
             out.extend(int(w) for w in text.split() if w.isdigit())
@@ -796,7 +795,7 @@ def _wait_foreign(pid: int) -> None:
 
 def _read_exit_code(path: Path) -> int | None:
     try:  # (written by the run's wrapper, as the job: a few bytes are read, whatever it holds)
-        return int(nofollow.read_bytes(path, limit=32).decode().strip())
+        return int(nofollow.read_text(path, limit=32).strip())
     except (OSError, ValueError):
         return None
 

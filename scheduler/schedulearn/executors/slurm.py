@@ -560,7 +560,7 @@ class SlurmExecutor(RunExecutor):
             if int(info["slurm_id"]) != run.slurm_id:
                 return None
             # (the batch script's, as the job: a few bytes are read, whatever it holds)
-            return int(nofollow.read_bytes(d / EXIT_CODE_FILE, limit=32).decode().strip())
+            return int(nofollow.read_text(d / EXIT_CODE_FILE, limit=32).strip())
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

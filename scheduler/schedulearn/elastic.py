@@ -304,6 +304,16 @@ class Monitor:
     completes the work (progress 1): mean step time, compute time, gradient statistics, batch
     bounds, progress (`step(progress=)`, `step(epoch=)` with `epochs`, or `total_steps`).
 
+    `total_steps` counts steps at the initial batch size: a step at a larger batch counts its gain
+    (var + sqr)/(var/s + sqr), s = B/B0, at the statistics it ran with — AdaScale's
+    scale-invariant iterations (Johnson et al., 2020), the statistical progress the scheduler's
+    estimates and its simulated jobs count (`scale_invariant_steps`; the same as `steps` while
+    the batch stays at its initial size). So an adaptive job that declares `total_steps` runs
+    `while mon.progress < 1`, not a fixed count of optimiser steps: a larger batch does that
+    work in fewer steps (counted in optimiser steps, a job grown to 4 GPUs and a batch 8x its
+    first read as slower than on 1 — seen live: its time left went from 85 s to 7 min — while its
+    gradient statistics said each step did the work of 6.9).
+
     `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
     scheduler's own) on its reports (under the scheduler, those of its earlier runs too: the
     job directory's `metrics.jsonl`) and takes the global batch size in [batch_size,
@@ -368,7 +378,15 @@ class Monitor:
 
     @property
     def steps(self) -> int:
+        """Optimiser steps taken (across restarts, with a `Checkpointer`)."""
         return int(self.state["steps"])
+
+    @property
+    def scale_invariant_steps(self) -> float:
+        """The steps taken, each counted at its gain: how many steps at the initial batch size
+        they are worth (AdaScale's scale-invariant iterations; `steps` while the batch stays at
+        its initial size). What `total_steps` counts."""
+        return float(self.state.get("si_steps", self.state["steps"]))
 
     @property
     def accum_steps(self) -> int:
@@ -487,10 +505,13 @@ class Monitor:
         now = time.perf_counter()
         st = self.state
         st["steps"] += 1
+        # the step's worth in steps at the initial batch size (AdaScale's scale-invariant
+        # iterations): its gain at the statistics it ran with, 1 at the initial batch
+        st["si_steps"] = float(st.get("si_steps", st["steps"] - 1)) + self._gain(self.batch_size)
         if progress is None and epoch is not None and self.epochs:
             progress = epoch / self.epochs
         if progress is None and self.total_steps:
-            progress = st["steps"] / self.total_steps
+            progress = st["si_steps"] / self.total_steps
         if progress is not None:
             st["progress"] = min(max(float(progress), 0.0), 1.0)
         # the step that completes the work is reported at once: the run's last stretch reaches

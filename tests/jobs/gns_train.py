@@ -82,7 +82,7 @@ def main():
 
     before = full_loss()
     batches = []
-    for _ in range(start, STEPS):
+    while mon.progress < 1:  # STEPS at the initial batch size (a larger batch's steps count more)
         for _ in range(mon.accum_steps + 1):
             x, y = batch(mon.micro_batch)
             time.sleep(PER_SAMPLE * mon.micro_batch)
@@ -101,7 +101,8 @@ def main():
         print(json.dumps({
             "sqr": mon.state["sqr"], "var": mon.state["var"], "true_sqr": d2,
             "true_var": ((D + 1) * d2 + D * SIGMA ** 2) / B0, "batches": batches, "start": start,
-            "steps": mon.steps, "lr_factor": mon.lr_factor, "lr": opt.param_groups[0]["lr"],
+            "steps": mon.steps, "si_steps": mon.scale_invariant_steps, "lr_factor": mon.lr_factor,
+            "lr": opt.param_groups[0]["lr"],
             "micro_batch": mon.micro_batch, "accum_steps": mon.accum_steps, "world": mon.world,
             "device": str(next(model.parameters()).device),
             "loss_before": before, "loss_after": full_loss()}), flush=True)

@@ -359,6 +359,30 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
     assert late == pytest.approx(analytic, rel=TOLERANCE), (late, analytic)
 
 
+def test_a_loop_that_steps_on_past_the_work_of_total_steps_is_told_once(tmp_path, monkeypatch, capsys):
+    """A loop of `total_steps` optimiser steps under an adaptive batch does the work before its
+    end (its larger batches' steps count more): the step after it is told so, once, on stderr —
+    the job's log — with what to run instead."""
+    require(_has("torch"), "torch is not installed")
+    import torch
+    from schedulearn import elastic
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCHEDULEARN_JOB_DIR", raising=False)
+    model = torch.nn.Linear(2, 1)
+    mon = elastic.Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), batch_size=4,
+                          total_steps=10, report_every=1e9)
+    for step in range(13):
+        mon.backward(model(torch.randn(mon.micro_batch, 2)).pow(2).mean())
+        mon.step()
+        if step == 9:
+            assert mon.progress == 1 and capsys.readouterr().err == ""
+    mon.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "schedulearn.elastic.Monitor: the work of total_steps=10 is done (in 10 steps: at a larger "
+        "batch a step counts its gain) but the loop goes on; run it `while mon.progress < 1`"]
+
+
 def test_learning_rate_rules_and_bad_arguments():
     require(_has("torch"), "torch is not installed")
     import torch

@@ -309,10 +309,11 @@ class Monitor:
     scale-invariant iterations (Johnson et al., 2020), the statistical progress the scheduler's
     estimates and its simulated jobs count (`scale_invariant_steps`; the same as `steps` while
     the batch stays at its initial size). So an adaptive job that declares `total_steps` runs
-    `while mon.progress < 1`, not a fixed count of optimiser steps: a larger batch does that
-    work in fewer steps (counted in optimiser steps, a job grown to 4 GPUs and a batch 8x its
-    first read as slower than on 1 — seen live: its time left went from 85 s to 7 min — while its
-    gradient statistics said each step did the work of 6.9).
+    `while mon.progress < 1`, not a fixed count of optimiser steps (one that steps on past the
+    work is told so once on stderr): a larger batch does that work in fewer steps. (Counted in
+    optimiser steps, a job grown to 4 GPUs and a batch 8x its first read as slower than on 1 —
+    seen live: its time left went from 85 s to 7 min — while its gradient statistics said each
+    step did the work of 6.9.)
 
     `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
     scheduler's own) on its reports (under the scheduler, those of its earlier runs too: the
@@ -369,6 +370,7 @@ class Monitor:
         # Horovod Elastic: the ranks agree on the state at the first use (`_follow`)
         self._hvd_elastic = "horovod.torch" in sys.modules and os.environ.get("HOROVOD_ELASTIC") == "1"
         self._synced: tuple[int, int] | None = None
+        self._said_done = False  # that the loop went on past the work of `total_steps`
         self._configure()
 
     # -- what the training loop reads ------------------------------------------------------
@@ -511,6 +513,11 @@ class Monitor:
         if progress is None and epoch is not None and self.epochs:
             progress = epoch / self.epochs
         if progress is None and self.total_steps:
+            if st["progress"] >= 1 and self.rank == 0 and not self._said_done:
+                self._said_done = True  # a loop of `total_steps` optimiser steps, most likely
+                print(f"schedulearn.elastic.Monitor: the work of total_steps={self.total_steps} is done "
+                      f"(in {st['steps'] - 1} steps: at a larger batch a step counts its gain) but the "
+                      "loop goes on; run it `while mon.progress < 1`", file=sys.stderr, flush=True)
             progress = st["si_steps"] / self.total_steps
         if progress is not None:
             st["progress"] = min(max(float(progress), 0.0), 1.0)

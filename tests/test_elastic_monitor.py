@@ -359,6 +359,22 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
     assert late == pytest.approx(analytic, rel=TOLERANCE), (late, analytic)
 
 
+def test_the_ranks_end_a_loop_on_progress_at_the_same_step(tmp_path):
+    """`while mon.progress < 1` on every rank of a DDP job: the ranks take rank 0's count of the
+    steps (it rides the all-reduce each step makes anyway), so they leave the loop at the same
+    step even where their own counts differ (here rank 1 starts 5 steps ahead: on its own count
+    it would leave 5 steps early, and rank 0's next all-reduce would never be joined)."""
+    require(_has("torch"), "torch is not installed")
+    e = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT}",
+         "SCHEDULEARN_JOB_DIR": str(tmp_path), "STEPS": "40", "B0": "8", "SKEW": "5"}
+    p = subprocess.Popen(_torchrun(2), cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    out, _ = _wait(p, 90, "the ranks left the loop at different steps (the job hung):")
+    assert p.returncode == 0, out[-3000:]
+    result = json.loads(next(line[line.index("{"):] for line in out.splitlines() if '"steps"' in line))
+    assert (result["steps"], result["world"]) == (40, 2)
+
+
 def test_a_loop_that_steps_on_past_the_work_of_total_steps_is_told_once(tmp_path, monkeypatch, capsys):
     """A loop of `total_steps` optimiser steps under an adaptive batch does the work before its
     end (its larger batches' steps count more): the step after it is told so, once, on stderr —

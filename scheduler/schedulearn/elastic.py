@@ -512,7 +512,8 @@ class Monitor:
         st["si_steps"] = float(st.get("si_steps", st["steps"] - 1)) + self._gain(self.batch_size)
         if progress is None and epoch is not None and self.epochs:
             progress = epoch / self.epochs
-        if progress is None and self.total_steps:
+        counted = progress is None and bool(self.total_steps)  # progress: the steps counted
+        if counted:
             if st["progress"] >= 1 and self.rank == 0 and not self._said_done:
                 self._said_done = True  # a loop of `total_steps` optimiser steps, most likely
                 print(f"schedulearn.elastic.Monitor: the work of total_steps={self.total_steps} is done "
@@ -527,7 +528,14 @@ class Monitor:
         due = final or (self._last_report is not None and now - self._last_report >= self.report_every)
         # one all-reduce: the replicas' gradient norms, and rank 0's word that a report is due (so
         # every rank reports, and adapts, at the same step: their collectives must match)
-        small_sum, count, due = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0))
+        # and rank 0's count of scale-invariant steps, which every rank takes: a loop `while
+        # mon.progress < 1` ends at the same step on all ranks, whatever their floating point
+        small_sum, count, due, si = self._sum_over_replicas(local_sq, n_local, float(due and self.rank == 0),
+                                                            st["si_steps"] if self.rank == 0 else 0.0)
+        if self.world > 1:
+            st["si_steps"] = si
+            if counted:
+                st["progress"] = min(max(si / self.total_steps, 0.0), 1.0)
         self._noise(small_sum / count, big, count, flat)
         self._local_sq, self._micro = [], 0
         if self._measure_started is not None:
@@ -541,12 +549,13 @@ class Monitor:
         if self.ckpt is not None:
             self.ckpt.step()
 
-    def _sum_over_replicas(self, local_sq: float, n: int, due: float) -> tuple[float, int, bool]:
+    def _sum_over_replicas(self, local_sq: float, n: int, due: float,
+                           si: float) -> tuple[float, int, bool, float]:
         if self.world == 1:
-            return local_sq, n, due > 0
+            return local_sq, n, due > 0, si
         import torch
 
-        t = torch.tensor([local_sq, float(n), due], dtype=torch.float64)
+        t = torch.tensor([local_sq, float(n), due, si], dtype=torch.float64)
         torch_dist = sys.modules.get("torch.distributed")
         if torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized():
             t = t.to(_collective_device(torch_dist))
@@ -554,7 +563,7 @@ class Monitor:
         else:
             hvd = sys.modules["horovod.torch"]
             t = hvd.allreduce(t, op=hvd.Sum, name="schedulearn.gns")
-        return float(t[0]), int(round(float(t[1]))), float(t[2]) > 0
+        return float(t[0]), int(round(float(t[1]))), float(t[2]) > 0, float(t[3])
 
     def _noise(self, small: float, big: float, n: int, flat: Any) -> None:
         """Fold one step's |g_i|^2 mean (`small`, micro-batches of `micro_batch` samples, n of

@@ -12,7 +12,8 @@ speed-up is known), OVERHEAD (seconds of sleep per optimiser step), SYNC (second
 step and extra replica: a synchronisation that grows with the world size), CKPT=1 (a
 Checkpointer in the job directory), STOP_AT (save and stop after that many steps: a resize),
 DEVICE (where the model and batches live, default `cpu`; `cuda` in scripts/gpu_check.py: one
-process; the samples are drawn on the CPU, so they are the same on either).
+process; the samples are drawn on the CPU, so they are the same on either), SKEW (rank 1 starts
+its count of steps there, as if its floating point had drifted from rank 0's).
 Rank 0 prints one JSON line: the statistics, their true values, the batch sizes used, the
 learning-rate factor and the loss before and after.
 """
@@ -68,6 +69,8 @@ def main():
         lr_scaling=os.environ.get("LR_SCALING", "adascale"), total_steps=STEPS,
         smoothing=float(os.environ.get("SMOOTHING", "0.998")),
         report_every=float(os.environ.get("REPORT_EVERY", "1e9")), checkpointer=ckpt)
+    if rank == 1 and os.environ.get("SKEW"):  # rank 1 miscounts its steps: rank 0's count must rule
+        mon.state["si_steps"] = float(os.environ["SKEW"])
     gen = torch.Generator().manual_seed(1000 * (start + 1) + rank)
 
     def batch(n):

@@ -315,7 +315,9 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
     gns_train.py (weights frozen at w* + 0.3: sqr = 0.72, S = 8.48, var = S/16) the gain is
     1.466. Counted in optimiser steps, a job whose batch grew read as slower than before (seen
     live: its time left went from 85 s to 7 min on 4 GPUs and a batch 8x its first, while its
-    statistics said each step did the work of 6.9)."""
+    statistics said each step did the work of 6.9). Under `adascale` the learning rate follows
+    the same gain at every step (it was set only when the batch size changed: a step counted
+    1.47 steps' worth ran at the initial batch's factor of 1)."""
     require(_has("torch"), "torch is not installed")
     import torch
     from schedulearn import elastic
@@ -334,9 +336,10 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
                               max_batch_size=64, total_steps=total, smoothing=0.99, report_every=1e9)
         mon.batch_size = batch
         mon._configure()
-        counted, gains = [], []
+        counted, gains, factors = [], [], []
         for _ in range(steps):
             gains.append(mon._gain(mon.batch_size))  # at the statistics the step runs with
+            factors.append(mon.lr_factor)  # and its learning rate's (AdaScale's) factor
             before = mon.progress
             for _ in range(mon.accum_steps + 1):
                 x = torch.randn(mon.micro_batch, d, generator=gen, dtype=torch.float64)
@@ -345,13 +348,14 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
             mon.step()
             counted.append((mon.progress - before) * total)
         mon.close()
-        return mon, counted, gains
+        return mon, counted, gains, factors
 
-    mon, counted, gains = run(b0, 50)
+    mon, counted, gains, factors = run(b0, 50)
     assert counted == pytest.approx([1.0] * 50) and mon.scale_invariant_steps == mon.steps == 50
-    assert mon.progress == 50 / total  # as the optimiser steps over total_steps, exactly
-    mon, counted, gains = run(64, 400)
+    assert mon.progress == 50 / total and factors == [1.0] * 50  # the optimiser steps, exactly
+    mon, counted, gains, factors = run(64, 400)
     assert counted == pytest.approx(gains, rel=1e-9)
+    assert factors == pytest.approx(gains, rel=1e-9)  # the learning rate did the work counted
     assert mon.scale_invariant_steps == pytest.approx(sum(gains)) and mon.steps == 400
     sqr, var = 8 * 0.3 ** 2, ((d + 1) * 8 * 0.3 ** 2 + d * sigma ** 2) / b0
     analytic = (var + sqr) / (var / 4 + sqr)  # 1.466

@@ -320,7 +320,7 @@ class Monitor:
     job directory's `metrics.jsonl`) and takes the global batch size in [batch_size,
     max_batch_size] with the most goodput on its current GPUs (rank 0 decides, all ranks follow);
     the learning rate follows `lr_scaling`: `adascale` (x the measured gain (var+sqr)/(var/s+sqr),
-    s = B/B0: AdaScale, as Pollux), `sqrt` (x sqrt(B/B0)), `linear` (x B/B0) or `none`. With a
+    s = B/B0, at every step: AdaScale, as Pollux), `sqrt` (x sqrt(B/B0)), `linear` (x B/B0) or `none`. With a
     `Checkpointer`, the batch size, step count and statistics survive restarts.
     """
 
@@ -537,6 +537,8 @@ class Monitor:
             if counted:
                 st["progress"] = min(max(si / self.total_steps, 0.0), 1.0)
         self._noise(small_sum / count, big, count, flat)
+        if self.lr_scaling == "adascale" and self.batch_size != self.init_batch:
+            self._apply_lr()  # AdaScale's gain follows the statistics at every step, not only at a resize
         self._local_sq, self._micro = [], 0
         if self._measure_started is not None:
             self._times.append(now - self._measure_started)

@@ -322,7 +322,8 @@ class Monitor:
     `adaptive=True`: at each report the job refits the estimator (`schedulearn.estimates`, the
     scheduler's own) on its reports (under the scheduler, those of its earlier runs too: the
     job directory's `metrics.jsonl`) and takes the global batch size in [batch_size,
-    max_batch_size] with the most goodput on its current GPUs (rank 0 decides, all ranks follow);
+    max_batch_size] with the most goodput on its current GPUs where that is `SWITCH_GAIN` more
+    than the batch it has (rank 0 decides, all ranks follow);
     the learning rate follows `lr_scaling`: `adascale` (x the measured gain (var+sqr)/(var/s+sqr),
     s = B/B0, at every step: AdaScale, as Pollux), `sqrt` (x sqrt(B/B0)), `linear` (x B/B0) or `none`. With a
     `Checkpointer`, the batch size, step count and statistics survive restarts.

@@ -366,7 +366,7 @@ def test_total_steps_count_a_larger_batchs_steps_at_their_gain(tmp_path, monkeyp
     gen = torch.Generator().manual_seed(0)
     w_star = torch.randn(d, generator=gen, dtype=torch.float64)
 
-    def run(batch: int, steps: int) -> tuple[elastic.Monitor, list[float], list[float]]:
+    def run(batch: int, steps: int) -> tuple[elastic.Monitor, list[float], list[float], list[float]]:
         model = torch.nn.Linear(d, 1, bias=False).double()
         with torch.no_grad():
             model.weight.copy_((w_star + 0.3).unsqueeze(0))

@@ -360,6 +360,9 @@ class Monitor:
             if isinstance(kept, dict):
                 self.state.update(kept)
             checkpointer.extra["schedulearn.monitor"] = self.state
+        # steps' worth at the initial batch (`scale_invariant_steps`); a checkpoint written before
+        # they were counted resumes from its optimiser steps, the same at the initial batch
+        self.state.setdefault("si_steps", float(self.state["steps"]))
         self._base_lr = list(self.state["base_lr"])
         self._params = [p for p in _unwrap(model).parameters() if p.requires_grad]
         self._local_sq: list = []  # |g_i|^2 parts of this step's micro-steps (this replica)
@@ -393,7 +396,7 @@ class Monitor:
         """The steps taken, each counted at its gain: how many steps at the initial batch size
         they are worth (AdaScale's scale-invariant iterations; `steps` while the batch stays at
         its initial size). What `total_steps` counts."""
-        return float(self.state.get("si_steps", self.state["steps"]))
+        return float(self.state["si_steps"])
 
     @property
     def accum_steps(self) -> int:
@@ -514,7 +517,7 @@ class Monitor:
         st["steps"] += 1
         # the step's worth in steps at the initial batch size (AdaScale's scale-invariant
         # iterations): its gain at the statistics it ran with, 1 at the initial batch
-        st["si_steps"] = float(st.get("si_steps", st["steps"] - 1)) + self._gain(self.batch_size)
+        st["si_steps"] += self._gain(self.batch_size)
         if progress is None and epoch is not None and self.epochs:
             progress = epoch / self.epochs
         counted = progress is None and bool(self.total_steps)  # progress: the steps counted

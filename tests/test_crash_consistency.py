@@ -338,10 +338,14 @@ def cut_behind_the_gate(tmp_path: Path, run_no: int, first_run_s: float):
     assert crashed.returncode == 9, crashed.stderr[-3000:]
     job_dir = root / "1"
     assert json.loads((job_dir / PID_FILE).read_text())["restarts"] == run_no
-    deadline = time.monotonic() + 10  # the gate writes it when it sees its pipe closed
-    while not (job_dir / GATE_CLOSED_FILE).exists() and time.monotonic() < deadline:
+    closed = job_dir / GATE_CLOSED_FILE
+    # the gate writes it when it sees its pipe closed: its shell creates the file, then writes the
+    # line (a read in between finds it empty), then exits -- the server reads it only once the
+    # gate's process is gone (`_reattach`), the test waits for the whole line
+    deadline = time.monotonic() + 10
+    while not (closed.exists() and closed.read_text().endswith("\n")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert (job_dir / GATE_CLOSED_FILE).read_text().strip() == str(run_no)
+    assert closed.read_text().strip() == str(run_no)
     return url, root, job_dir, read
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from schedulearn import policies
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import PID_FILE, LocalExecutor
 from schedulearn.model import JobState, SpecError, virtual_cluster
@@ -541,6 +542,54 @@ def test_a_moving_job_holds_the_gpu_it_leaves_until_its_old_run_exited(tmp_path)
             assert starts(e)[1]["gpus"] == "0,1"
             eng.cancel(e.id)
             await wait_for(lambda: e.state.final, 30, "e to stop")
+
+    asyncio.run(main())
+
+
+class _Wants(policies.Policy):
+    """Sizes set by the test, by job name, in its order; a round at every tick."""
+    name, elastic, time_driven = "wants", True, True
+
+    def __init__(self, wants):
+        self.wants = wants
+
+    def schedule(self, ctx):
+        by_name = {j.spec.name: j for j in ctx.jobs}
+        return [(by_name[name], n) for name, n in self.wants.items() if name in by_name]
+
+
+def test_a_preempted_job_is_not_started_again_while_the_run_of_another_one_frees_its_gpu(tmp_path):
+    """Four GPUs: A, B on one each, C on two. The policy grows C to four, preempting A and B; A
+    writes its checkpoint for 2 s after SIGTERM, B exits at once. B must not be started again in
+    between (a round then saw 3 GPUs, too few for C, and gave B its own GPU back for half a
+    second: seen live under `qoe`): C moves to the four once A's run is gone, B and A wait."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT)
+    notes = tmp_path / "notes.jsonl"
+
+    def starts(job):
+        ns = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
+        return [n for n in ns if n["job"] == str(job.id) and n["what"] == "start"]
+
+    async def main():
+        policy = _Wants({"A": 1, "B": 1, "C": 2})
+        async with live(tmp_path / "jobs", None, gpus=4, policy=policy) as (eng, ex):
+            cmd = [PY, str(script), str(notes)]
+            a, b, c = (eng.submit({"name": name, "command": cmd, "gpus": "auto", "max_gpus": 4,
+                                   "env": {"EXIT_DELAY": delay}})
+                       for name, delay in (("A", "2"), ("B", "0"), ("C", "0")))
+            await wait_for(lambda: starts(a) and starts(b) and starts(c), 30, "A, B and C to run")
+            policy.wants = {"C": 4, "B": 1, "A": 1}  # (B and A only where C leaves room)
+            await wait_for(lambda: len(starts(c)) == 2, 30, "C's run on four GPUs")
+            assert starts(c)[1]["gpus"] == "0,1,2,3"
+            exits = [json.loads(x) for x in notes.read_text().splitlines()]
+            a_exit = min(n["t"] for n in exits if n["job"] == str(a.id) and n["what"] == "exit")
+            assert starts(c)[1]["t"] > a_exit
+            await asyncio.sleep(1.0)  # (rounds at every tick)
+            assert len(starts(b)) == len(starts(a)) == 1, starts(b)
+            assert (a.state, b.state, a.restarts, b.restarts) == (JobState.queued, JobState.queued, 1, 1)
+            eng.cancel(c.id)
+            await wait_for(lambda: c.state.final, 30, "C to stop")
 
     asyncio.run(main())
 

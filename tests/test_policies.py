@@ -202,6 +202,11 @@ class _Scripted(policies.Policy):
         return [(by_name[name], n) for name, n in self.wants.items() if name in by_name]
 
 
+class _Ticking(_Scripted):
+    """A scripted policy whose wants may change at any tick (a round at each)."""
+    time_driven = True
+
+
 class _SlowStopSim(SimExecutor):
     """Runs that stop only when the test says so (and, as in the simulator, confirm nothing)."""
     def __init__(self):
@@ -211,10 +216,11 @@ class _SlowStopSim(SimExecutor):
     def stop(self, job, why, now):
         self.stopping.append((job, why, now))
 
-    def stopped(self):
-        for job, why, now in self.stopping:
+    def stopped(self, only=None):
+        """The runs being stopped are gone (or only `only`'s)."""
+        for job, why, now in [s for s in self.stopping if only in (None, s[0])]:
             super().stop(job, why, now)
-        self.stopping = []
+        self.stopping = [s for s in self.stopping if only not in (None, s[0])]
 
 
 @pytest.mark.parametrize("q, e_wants, e_after", [
@@ -245,6 +251,53 @@ def test_a_move_that_finds_too_few_free_gpus_keeps_what_is_still_free(q, e_wants
     assert a.state is JobState.queued and a.alloc == {}
     held = [g for j in engine.jobs.values() for g in _gpus(j)]
     assert len(held) == len(set(held)) and len(held) + engine.pool.total == 4, (held, engine.pool.total)
+
+
+def test_rounds_wait_for_the_gpus_a_preemption_frees_before_the_plan_that_made_it_goes_on():
+    """One host of 4: A and B on one GPU each, C on two. The policy grows C to 4, preempting A and
+    B. B's run is gone first: a round then, with A's GPU still held, saw 3 GPUs, too few for C,
+    and started B again on its own GPU, to preempt it again at A's exit (seen live, under `qoe`).
+    Rounds wait for the preempted runs instead; once both are gone, C gets the four."""
+    policy, ex = _Ticking(), _SlowStopSim()
+    engine = Engine(virtual_cluster(1, 4), policy, executor=ex, clock=lambda: 0.0)
+    a, b, c = (engine.submit(JobSpec(name=name, gpus="auto", max_gpus=4, duration=1000), now=0)
+               for name in "ABC")
+    policy.wants = {"A": 1, "B": 1, "C": 2}
+    engine.round(0)
+    assert (a.size, b.size, c.size) == (1, 1, 2)
+    policy.wants = {"C": 4, "B": 1, "A": 1}  # (B and A only where C leaves room)
+    engine.round(1, tick=True)
+    assert a.stopping == b.stopping == "preempt" and c.size == 2  # C: A's and B's GPUs are not free yet
+    ex.stopped(b)  # B's run is gone, A's not yet
+    assert b.state is JobState.queued and engine.pool.total == 1
+    engine.round(2, tick=True)
+    assert b.state is JobState.queued and not b.alloc and c.size == 2  # waits for A
+    ex.stopped(a)
+    engine.round(3, tick=True)
+    assert c.size == 4 and not a.alloc and not b.alloc
+    assert (a.restarts, b.restarts) == (1, 1)  # one preemption each, no run in between
+
+
+def test_rounds_wait_for_a_preempted_run_only_so_long():
+    """A run that does not stop holds up rounds for `RELEASE_WAIT_S` at most: then they go on with
+    the GPUs that are free."""
+    from schedulearn.engine import RELEASE_WAIT_S
+
+    policy, ex = _Ticking(), _SlowStopSim()
+    engine = Engine(virtual_cluster(1, 3), policy, executor=ex, clock=lambda: 0.0)
+    a, b = (engine.submit(JobSpec(name=name, gpus=1, duration=1000), now=0) for name in "AB")
+    policy.wants = {"A": 1, "B": 1}
+    engine.round(0)
+    policy.wants = {"B": 1}
+    engine.round(1, tick=True)
+    assert a.stopping == "preempt"  # (and its run does not stop)
+    q = engine.submit(JobSpec(name="Q", gpus=1, duration=10), now=2)
+    policy.wants = {"B": 1, "Q": 1}
+    engine.round(2)
+    engine.round(RELEASE_WAIT_S, tick=True)
+    assert q.state is JobState.queued and engine.pool.total == 1
+    engine.round(1 + RELEASE_WAIT_S, tick=True)
+    assert q.state is JobState.running and a.stopping == "preempt"
 
 
 def _gpus(job):

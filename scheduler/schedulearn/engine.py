@@ -56,9 +56,11 @@ log = logging.getLogger("schedulearn.engine")
 #: not time-driven, `fifo` or `edf`, runs rounds only when jobs come and go; a job can go from on
 #: track to at risk in between, and its `deadline` event must not wait for the next arrival).
 DEADLINE_WATCH_S = 30.0
-#: At most how long rounds wait for the GPUs a shrink gives up to come back (the old run's exit:
-#: seconds, or the executor's grace period). A round in between would see a smaller cluster than
-#: there is: seen live, a job shrunk 4 -> 3 for a newcomer was shrunk again to 2 a second later.
+#: At most how long rounds wait for the GPUs a shrink gives up, or a preemption frees, to come back
+#: (the old run's exit: seconds, or the executor's grace period). A round in between would see a
+#: smaller cluster than there is: seen live, a job shrunk 4 -> 3 for a newcomer was shrunk again to
+#: 2 a second later; and of two jobs preempted to grow a third, the first to exit was started again
+#: on its own GPU (the round saw too few for the third) and preempted again half a second later.
 RELEASE_WAIT_S = 60.0
 #: Why the engine stops a job that has run its `JobSpec.time_limit` (`Executor.stop`'s `why`),
 #: and the exit code it fails with (as `timeout(1)`'s)
@@ -158,7 +160,7 @@ class Engine:
         self._deadlined: dict[int, Job] = {}  # active jobs with a deadline, watched each round
         self._limited: dict[int, Job] = {}  # active jobs with a time limit, checked at each round and tick
         self._watched = -math.inf  # when their statuses were last looked at
-        self._releases: dict[int, float] = {}  # job id -> when its shrink began to release GPUs
+        self._releases: dict[int, float] = {}  # job id -> when its shrink or preemption began
         #: seconds between looks at them at ticks that run no round (`DEADLINE_WATCH_S`; None:
         #: at rounds only — the simulator's default: no one to tell mid-run, and a look costs
         #: an estimate per job, which tripled a `fifo` replay of a deadline workload)
@@ -692,11 +694,11 @@ class Engine:
             self._admit_round(policy, ctx, now)
 
     def _releasing(self, now: float) -> bool:
-        """Whether a running job's shrink is still giving GPUs back (its old run not gone yet),
-        for under `RELEASE_WAIT_S`."""
+        """Whether a running job's shrink or preemption is still giving GPUs back (its old run
+        not gone yet), for under `RELEASE_WAIT_S`."""
         if self._releases:
-            self._releases = {i: t for i, t in self._releases.items()
-                              if (j := self.running.get(i)) is not None and j.releasing}
+            self._releases = {i: t for i, t in self._releases.items() if (j := self.jobs.get(i)) is not None
+                              and (j.stopping == "preempt" or (i in self.running and j.releasing))}
         return any(now - t < RELEASE_WAIT_S for t in self._releases.values())
 
     def _admit_round(self, policy: Policy, ctx: RoundContext, now: float) -> None:
@@ -848,6 +850,7 @@ class Engine:
     def _preempt(self, job: Job, now: float) -> None:
         self._ahead(job, "preempting", now, _preempting, run=job.restarts + 1)
         self._untrack(job)
+        self._releases[job.id] = now  # (rounds wait for its exit: `_releasing`)
         self.executor.stop(job, "preempt", now)
 
     def _one_host(self, job: Job, n: int, alloc: Allocation | None,

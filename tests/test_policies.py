@@ -300,6 +300,42 @@ def test_rounds_wait_for_a_preempted_run_only_so_long():
     assert q.state is JobState.running and a.stopping == "preempt"
 
 
+def test_a_restarted_engine_waits_for_a_preemption_it_finds_under_way(tmp_path, monkeypatch):
+    """The server stops while a preempted job's run is still stopping: the next one issues the
+    stop again, and its rounds wait for that run's GPU as the first one's would have."""
+    from schedulearn.store import SqlStore
+
+    class _Reattaching(_SlowStopSim):
+        def recover(self, jobs):  # (the runs are still there: nothing to report)
+            pass
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    policy = _Ticking()
+    first = Engine(virtual_cluster(1, 3), policy, executor=_SlowStopSim(), store=SqlStore(url),
+                   clock=lambda: 0.0)
+    a, b = (first.submit(JobSpec(name=name, gpus=1, duration=1000), now=0) for name in "AB")
+    policy.wants = {"A": 1, "B": 1}
+    first.round(0)
+    policy.wants = {"B": 1}
+    first.round(1, tick=True)
+    assert a.stopping == "preempt"
+    first.store.close()
+    monkeypatch.setattr(policies, "_plugins", lambda: (_Ticking,))  # (the stored policy, as a plugin)
+    ex = _Reattaching()
+    again = Engine(virtual_cluster(1, 3), "fifo", executor=ex, store=SqlStore(url), clock=lambda: 2.0)
+    policy = again.policy
+    assert isinstance(policy, _Ticking)
+    assert [(j.id, why) for j, why, _ in ex.stopping] == [(a.id, "preempt")]  # (the stop, again)
+    q = again.submit(JobSpec(name="Q", gpus=1, duration=10), now=2)
+    policy.wants = {"B": 1, "Q": 1}
+    again.round(2)
+    assert q.state is JobState.queued and again.pool.total == 1
+    again.job_exited(a.id, -15, "", now=3)  # A's run is gone
+    again.round(3)
+    assert q.state is JobState.running
+    again.store.close()
+
+
 def _gpus(job):
     return [(n, i) for n, idx in job.alloc.items() for i in idx]
 

@@ -1144,6 +1144,8 @@ class Engine:
         for job in lost:
             if job.stopping is not None and not job.state.final:
                 self.executor.stop(job, job.stopping, now)
+            if job.releasing or job.stopping == "preempt":  # (still on their way back)
+                self._releases[job.id] = now
         if jobs:
             log.info("store: %s", restored_summary(jobs, lost + starting))
 

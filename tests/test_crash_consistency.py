@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from schedulearn import policies
 from schedulearn.engine import Engine, RealClock
 from schedulearn.executors.local import PID_FILE, LocalExecutor
 from schedulearn.model import JobState, SpecError, virtual_cluster
@@ -27,6 +26,7 @@ from schedulearn.sim.executor import SimExecutor
 from schedulearn.store import SqlStore, StoreError
 
 from tests.conftest import require
+from tests.test_policies import _Ticking
 
 PY = sys.executable
 
@@ -546,18 +546,6 @@ def test_a_moving_job_holds_the_gpu_it_leaves_until_its_old_run_exited(tmp_path)
     asyncio.run(main())
 
 
-class _Wants(policies.Policy):
-    """Sizes set by the test, by job name, in its order; a round at every tick."""
-    name, elastic, time_driven = "wants", True, True
-
-    def __init__(self, wants):
-        self.wants = wants
-
-    def schedule(self, ctx):
-        by_name = {j.spec.name: j for j in ctx.jobs}
-        return [(by_name[name], n) for name, n in self.wants.items() if name in by_name]
-
-
 def test_a_preempted_job_is_not_started_again_while_the_run_of_another_one_frees_its_gpu(tmp_path):
     """Four GPUs: A, B on one each, C on two. The policy grows C to four, preempting A and B; A
     writes its checkpoint for 2 s after SIGTERM, B exits at once. B must not be started again in
@@ -572,7 +560,8 @@ def test_a_preempted_job_is_not_started_again_while_the_run_of_another_one_frees
         return [n for n in ns if n["job"] == str(job.id) and n["what"] == "start"]
 
     async def main():
-        policy = _Wants({"A": 1, "B": 1, "C": 2})
+        policy = _Ticking()
+        policy.wants = {"A": 1, "B": 1, "C": 2}
         async with live(tmp_path / "jobs", None, gpus=4, policy=policy) as (eng, ex):
             cmd = [PY, str(script), str(notes)]
             a, b, c = (eng.submit({"name": name, "command": cmd, "gpus": "auto", "max_gpus": 4,

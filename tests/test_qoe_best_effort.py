@@ -386,3 +386,34 @@ def test_a_deadline_job_on_track_is_lent_the_gpus_nobody_takes(policy, beside):
     engine.round(60.0)
     assert job.size == (1 if beside else 2)  # 2: twice what it was measured on, as far as the
     # estimate trusts itself
+
+
+
+def test_a_job_grown_on_trust_is_grown_again_only_once_measured_on_its_new_size():
+    """Seen live (`schedulearn serve --executor slurm --policy qoe`): a job measured on 1 GPU was
+    grown to 2 (twice what it was measured on), and the release of its old GPU woke a round
+    1.04 s later that grew it to 4 — a second checkpoint-restart before its run on 2 had reported
+    anything: `qoe` trusted twice the GPUs a job *had*, measured there or not. Now twice those it
+    *reported on*, as `goodput` and Pollux: the next growth waits for the job's rate on its new
+    size."""
+    from schedulearn.engine import Engine
+    from schedulearn.sim.executor import SimExecutor
+
+    engine = Engine(parse_cluster("1x8"), "qoe", SimExecutor())
+    spec = JobSpec(gpus="auto", max_gpus=8, duration=1e6, batch_size=256, deadline=560.0)
+    job = engine.submit(spec, now=0.0)
+    engine.round(0.0)
+    assert job.size == 1
+    rec = {"batch_size": 256, "step_time": 1.2, "compute_time": 1.2, "timed_steps": 8, "num_gpus": 1}
+    ingest(job, [{**rec, "t": t, "progress": t / 1520.0} for t in range(10, 61, 10)])
+    engine.wake()
+    engine.round(60.0)  # 1520 GPU-s of work, 500 s left: behind on 1 GPU, grown to its cap
+    assert job.size == 2 and job.restarts == 1
+    engine.wake()
+    engine.round(61.0)  # nothing reported from its 2 GPUs yet: 2 is all its estimate trusts
+    assert job.size == 2 and job.restarts == 1  # (was: 4, and a second restart)
+    on2 = {**rec, "step_time": 0.6, "compute_time": 0.6, "num_gpus": 2, "restart": 1}
+    ingest(job, [{**on2, "t": t, "progress": 60 / 1520 + (t - 90) / 760} for t in range(90, 121, 10)])
+    engine.wake()
+    engine.round(121.0)
+    assert job.size == 4 and job.restarts == 2  # its rate on 2 measured: trusted up to 4

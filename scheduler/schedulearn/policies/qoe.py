@@ -26,9 +26,9 @@ value among all admitted jobs, deadline jobs included):
    late); the GPUs a shrink or a stop is releasing count (seen live: a deadline job arriving
    as a best-effort job was shrunk for it was given up for good in the round after, while the
    old run's GPUs were still on their way back). Sizes stay within what the estimate trusts: twice
-   the GPUs it reported from, never fewer than it has (a job just grown is grown again only once
-   its new GPUs have reported: seen live, trusting twice what it *had* grew a job 1 -> 2 -> 4 in
-   two restarts 1 s apart, the second before its run on 2 reported anything). A job that no size can
+   the most GPUs it reported from, never fewer than it has — not twice what it has (seen live:
+   that grew a job measured on 1 GPU 1 -> 2 -> 4 in two restarts 1 s apart, the second before its
+   run on 2 reported anything). A job that no size can
    finish in time (its status says `will_miss`: an event the widget and sidebar show) still gets
    its fastest size while that needs at most `tolerance` (1.5x) the time left — a young job's
    estimate errs by a fifth and more; the tolerance narrows to 1x as the job's own progress reaches

@@ -35,6 +35,7 @@ NOW = datetime(2026, 11, 23, 15, 0).timestamp()  # a Monday, 15:00 local time
     ("2 hours", 7200), ("1 hour 30 minutes", 5400), ("2 hrs", 7200), ("1 hr 5 mins", 3900),
     ("90 seconds", 90), ("30 secs", 30), ("1 day 2 hours", 26 * 3600),
     ("18:00", 3 * 3600), ("2026-11-24 18:00", 27 * 3600), ("2026-11-23T15:30", 1800),
+    ("18:00:30", 3 * 3600 + 30), ("2026-11-24 18:00:30", 27 * 3600 + 30),  # seconds, as a clock shows them
 ])
 def test_parse_reads_durations_times_of_day_and_dates(text, after):
     assert deadlines.parse(text, NOW) == pytest.approx(NOW + after)
@@ -44,6 +45,8 @@ def test_parse_reads_durations_times_of_day_and_dates(text, after):
     ("soon", "deadline: cannot read 'soon'; expected a duration (2h, 90m, 1h30m, 2d), a time today"),
     ("", "deadline: cannot read ''"),
     ("25:00", "deadline: '25:00' is not a time of day"),
+    ("18:00:60", "deadline: '18:00:60' is not a time of day"), ("18:0:00", "deadline: cannot read '18:0:00'"),
+    ("14:59:59", "deadline: 14:59:59 today has passed; give a date and time (2026-11-24 14:59:59)"),
     ("14:00", "deadline: 14:00 today has passed; give a date and time (2026-11-24 14:00) or a duration"),
     ("2026-11-22 18:00", "deadline: 2026-11-22 18:00:00 is in the past (now 2026-11-23 15:00:00)"),
     ("0s", "deadline: 2026-11-23 15:00:00 is in the past"),

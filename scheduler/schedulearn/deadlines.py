@@ -27,7 +27,7 @@ STATUSES = ("on_track", "at_risk", "will_miss", "unknown", "met", "missed")
 _NUM = r"(\d+(?:\.\d+)?)\s*"  # a number, then a unit: its letter or its word (2h, 2 hours, 2 hrs)
 _DURATION = re.compile(rf"^\s*(?:{_NUM}d(?:ays?)?)?\s*(?:{_NUM}h(?:ours?|rs?)?)?\s*"
                        rf"(?:{_NUM}m(?:in(?:ute)?s?)?)?\s*(?:{_NUM}s(?:ec(?:ond)?s?)?)?\s*$", re.IGNORECASE)
-_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
+_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")  # 18:00, 18:00:30
 ALLOWED = "a duration (2h, 90m, 1h30m, 2d), a time today (18:00) or a date and time (2026-11-24 18:00)"
 
 
@@ -45,10 +45,10 @@ def parse(text: str, now: float | None = None) -> float:
         d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
         value = now + 86400 * d + 3600 * h + 60 * mi + s
     elif (c := _CLOCK.match(raw)) is not None:
-        hour, minute = int(c.group(1)), int(c.group(2))
-        if hour > 23 or minute > 59:
+        hour, minute, second = int(c.group(1)), int(c.group(2)), int(c.group(3) or 0)
+        if hour > 23 or minute > 59 or second > 59:
             raise SpecError(f"deadline: {raw!r} is not a time of day; expected {ALLOWED}")
-        today = datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        today = datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=second, microsecond=0)
         value = today.timestamp()
         if value <= now:
             raise SpecError(f"deadline: {raw} today has passed; give a date and time "

@@ -388,7 +388,6 @@ def test_a_deadline_job_on_track_is_lent_the_gpus_nobody_takes(policy, beside):
     # estimate trusts itself
 
 
-
 def test_a_job_grown_on_trust_is_grown_again_only_once_measured_on_its_new_size():
     """Seen live (`schedulearn serve --executor slurm --policy qoe`): a job measured on 1 GPU was
     grown to 2 (twice what it was measured on), and the release of its old GPU woke a round

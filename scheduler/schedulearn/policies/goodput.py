@@ -206,13 +206,20 @@ class Goodput(Policy):
         left = {j.id: remaining_s1(j, estimate(j, now, history), now, ctx.predict(j)) for j in jobs}
         return {jid: k for k, jid in enumerate(sorted(left, key=lambda i: (-left[i], i)), start=1)}
 
+    @staticmethod
+    def cap(job: Job, est: Estimate, capacity: int) -> int:
+        """The most GPUs `job`'s estimate trusts: twice those it reported from (never fewer than
+        it runs on, where it is being measured), within its maximum."""
+        top = job.spec.max_size(capacity)
+        if est.max_gpus is None:
+            return top
+        return max(job.spec.min_size, min(top, max(est.max_gpus, job.size)))
+
     def values(self, job: Job, ctx: RoundContext, per_node: int, rank: int) -> list[float]:
         """The job's value at n = 0..its maximum GPUs."""
         now = ctx.now
         est = estimate(job, now, ctx.history)
-        top = job.spec.max_size(ctx.capacity)
-        if est.max_gpus is not None:  # (never below what it runs on: that is being measured)
-            top = max(job.spec.min_size, min(top, max(est.max_gpus, job.size)))
+        top = self.cap(job, est, ctx.capacity)
         key = (est.key, top, per_node)
         cached = self._curves.get(job.id)
         if cached is None or cached[0] != key or est.key is None:

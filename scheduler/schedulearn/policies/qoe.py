@@ -58,7 +58,7 @@ the mixed workloads at four phases and the tuning set: their average JCT 0.99-1.
 from __future__ import annotations
 
 from .. import pauses
-from ..estimates import Estimate, estimate
+from ..estimates import estimate
 from ..estimates.deadline import needed_gpus, times_left
 from ..estimates.job import silent
 from ..model import Job, JobState
@@ -275,15 +275,6 @@ class QoE(Goodput):
         if self._beside and self.behind(job):
             return [self.given_up_weight * x for x in v]
         return v
-
-    @staticmethod
-    def cap(job: Job, est: Estimate, capacity: int) -> int:
-        """The most GPUs `job`'s estimate trusts: twice those it reported from (never fewer than
-        it runs on, where it is being measured; as `goodput`), within its maximum."""
-        top = job.spec.max_size(capacity)
-        if est.max_gpus is None:
-            return top
-        return max(job.spec.min_size, min(top, max(est.max_gpus, job.size)))
 
     def needs(self, job: Job, ctx: RoundContext, per_node: int) -> tuple[int, float]:
         """GPUs `job` needs now to make its deadline (0: no size can, or it has passed), and the

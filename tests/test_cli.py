@@ -235,6 +235,35 @@ def test_plot(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    """A typo in --plot's path or format is one line and exit 2 before anything is simulated
+    (it was a matplotlib traceback after the whole run, which may take minutes)."""
+    require(importlib.util.find_spec("matplotlib") is not None, "matplotlib (the plot extra) is missing")
+    gone, txt = tmp_path / "nowhere", tmp_path / "x.txt"
+    refused = {
+        str(gone / "x.png"): f"--plot: no folder '{gone}' to write 'x.png' into\n",
+        str(txt): f"--plot: unknown image format '.txt' in '{txt}'; use one of: .avif, .eps, ",
+        str(tmp_path): f"--plot: '{tmp_path}' is a folder; give a file name such as '{tmp_path}/jct.png'\n",
+    }
+    for target, message in refused.items():
+        p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--plot", target)
+        assert p.returncode == 2, (target, p.stderr)
+        assert p.stdout == "" and len(p.stderr.splitlines()) == 1 and p.stderr.startswith(message), p.stderr
+        if target == str(txt):
+            assert ".pdf" in p.stderr and ".png" in p.stderr and ".svg" in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_plot_without_a_suffix_is_a_png_at_the_name_given(tmp_path):
+    """matplotlib alone writes `out` as `out.png`, while the CLI said `plot written to out`."""
+    require(importlib.util.find_spec("matplotlib") is not None, "matplotlib (the plot extra) is missing")
+    p = cli("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--plot", "out", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(tmp_path) == ["out"]
+    assert (tmp_path / "out").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "simulate: plot written to out" in p.stderr
+
+
 def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     """The server's own check and message (`JobSpec.parse`), with no server to ask: the URL is
     the discard port, so a spec that got past the check would fail with 'cannot reach'."""

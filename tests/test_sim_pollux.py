@@ -3,6 +3,7 @@ published Tiresias numbers, bad input, determinism, the figure."""
 
 import csv
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -181,6 +182,11 @@ def test_plot_is_a_png_with_cdf_and_gantt(tmp_path):
     assert img.shape[:2] == (900, 1100)
     with pytest.raises(ValueError, match="gantt_policy: expected one of las, goodput, got 'fifo'"):
         plot_results(results, tmp_path / "x.png", gantt_policy="fifo")
+    with pytest.raises(FileNotFoundError):  # its folder gone: nothing written, nothing left over
+        plot_results(results, tmp_path / "gone" / "x.png")
+    svg = plot_results(results, tmp_path / "fig.SVG")
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert sorted(os.listdir(tmp_path)) == ["fig.SVG", "fig.png", "w.csv"]
 
 
 def test_cli_simulate_plot(tmp_path, capsys):

@@ -219,7 +219,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if penalty is None:
         penalty = reference.get("restart_penalty", 0.0)
     nodes = parse_cluster(cluster)
-    plot = _plotter() if args.plot else None
+    plot = _plotter(args.plot) if args.plot else None
     given = {"cluster": args.cluster, "interval": args.interval, "restart_penalty": args.restart_penalty}
     defaulted = [f"--{k.replace('_', '-')}" for k in reference if given[k] is None]
     note = f" ({', '.join(defaulted)}: the {fmt} trace format's reference set-up)" if defaulted else ""
@@ -247,7 +247,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         _print_results(metrics, len(nodes), sum(len(n.gpus) for n in nodes))
     if plot is not None:
-        plot(results, args.plot)
+        try:
+            plot(results, args.plot)
+        except (OSError, RuntimeError, ValueError) as e:  # (the folder went away during the run;
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+            print(f"plot: cannot write {args.plot} ({reason}); the results above stand",  # a full
+                  file=sys.stderr)  # disk; a format whose writer needs what is missing, e.g. LaTeX)
+            return 1
         if not args.quiet:
             print(f"simulate: plot written to {args.plot}", file=sys.stderr)
     return 0
@@ -313,14 +319,19 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _plotter():
-    """`schedulearn.sim.plot.plot_results`, or a usage error saying what is missing."""
+def _plotter(path: str):
+    """`schedulearn.sim.plot.plot_results`, or a usage error saying what is missing or why the
+    image could not be written to `path` — before the run, which may take minutes."""
     if importlib.util.find_spec("schedulearn.sim.plot") is None:
         raise UsageError("--plot: this installation has no schedulearn.sim.plot module")
     try:
         module = importlib.import_module("schedulearn.sim.plot")
     except ImportError as e:
         raise UsageError(f"--plot: needs {e.name or 'matplotlib'}: pip install 'schedulearn[plot]'") from None
+    try:
+        module.check_writable(path)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from None
     return module.plot_results
 
 
@@ -391,7 +402,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--estimates", choices=("reported", "oracle"), default="reported",
                    help="what policies learn of a job: what it reports, as live (default), or the "
                         "simulator's ground truth (oracle: an upper bound, not what a live job gives)")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image (the format "
+                   "follows the suffix: .png, .svg, .pdf, ...; PNG where there is none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_simulate)
 

@@ -13,6 +13,8 @@ asks for it); without it the panel says so.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator, NullFormatter  # noqa: E402
@@ -44,11 +47,52 @@ def gpu_segments(result: SimResult) -> dict[tuple[str, int], list[tuple[float, f
 
 
 def plot_results(results: Sequence[SimResult], path: str | Path, gantt_policy: str | None = None) -> Path:
-    """Write the figure to `path` (the format follows the suffix; PNG for `.png`)."""
-    fig = make_figure(results, gantt_policy)
+    """Write the figure to `path`, whole or not at all (through a temporary file beside it); the
+    format follows the suffix (`image_format`), PNG where there is none — written to `path` as
+    given, not to `path.png` as matplotlib alone would."""
     path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fmt = image_format(path)
+    fig = make_figure(results, gantt_policy)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=100, format=fmt)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def image_format(path: str | Path) -> str:
+    """The image format `path`'s suffix names (`png` where it has none), or a one-line
+    `ValueError` naming the formats there are."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    known = dict(FigureCanvasBase.get_supported_filetypes())
+    if shutil.which(matplotlib.rcParams["pgf.texsystem"]) is None:  # (PGF is written by LaTeX)
+        known.pop("pgf", None)
+    if not suffix:
+        return "png"
+    if suffix not in known:
+        raise ValueError(f"plot: unknown image format '.{suffix}' in {str(path)!r}; "
+                         f"use one of: {', '.join('.' + k for k in sorted(known))}")
+    return suffix
+
+
+def check_writable(path: str | Path) -> Path:
+    """`path` if an image can be written there (its folder exists and takes a file; it is not a
+    folder), else a one-line `ValueError`: checked before a simulation of minutes, not after."""
+    path = Path(path)
+    if path.is_dir():
+        example = str(path / "jct.png")
+        raise ValueError(f"plot: {str(path)!r} is a folder; give a file name such as {example!r}")
+    image_format(path)
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"plot: no folder {str(folder)!r} to write {path.name!r} into")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"plot: cannot write into {str(folder)!r} ({e.strerror})") from None
     return path
 
 

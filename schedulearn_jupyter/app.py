@@ -32,6 +32,7 @@ from schedulearn.service import (
     Settings,
     Unavailable,
     check_restart_cost,
+    make_job_root,
 )
 from traitlets import Bool, Float, Int, List, TraitError, TraitType, Unicode, default, validate
 
@@ -256,17 +257,24 @@ class _SchedulearnApp(ExtensionApp):
             manager = RemoteManager(self.remote_url, self.remote_token)
             self.log.info("schedulearn: using the scheduler at %s", self.remote_url)
         else:
+            from schedulearn.store import StoreError
             from schedulearn.store.lease import LeaseError
 
             settings = self.scheduler_settings()
-            Path(settings.job_root).mkdir(parents=True, exist_ok=True)
             try:
+                make_job_root(settings.job_root)
                 service = SchedulerService(settings)
-            except LeaseError as e:
-                # Another scheduler owns the store: Jupyter runs, this extension schedules nothing
-                # and its API answers 503 with the reason (the sidebar and the magics show it).
+            except (LeaseError, StoreError, SpecError) as e:
+                # Another scheduler owns the store, or a setting cannot be worked with (a store
+                # it cannot open, a job root it cannot create, an unknown policy): Jupyter runs,
+                # this extension schedules nothing and its API answers 503 with the reason (the
+                # sidebar and the magics show it). Until 2026-12-05 only the lease did; the rest
+                # failed the extension's loading with a traceback, and its API answered 404.
                 self.log.error("schedulearn: no scheduler in this server: %s", e)
-                manager = Unavailable(f"{e} (then restart this server)")
+                then = "then restart this server" if isinstance(e, LeaseError) else (
+                    "fix the setting (c.SchedulearnApp.*, or its SCHEDULEARN_* variable), "
+                    "then restart this server")
+                manager = Unavailable(f"{e} ({then})")
             else:
                 self.log.info(
                     "schedulearn: %s executor, %d GPUs on %d node(s), %s, store %s",

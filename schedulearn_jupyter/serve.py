@@ -39,7 +39,14 @@ from typing import Any
 from schedulearn.deadlines import parse_duration
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
-from schedulearn.service import RESTART_COST, SchedulerService, Settings, check_restart_cost, default_user
+from schedulearn.service import (
+    RESTART_COST,
+    SchedulerService,
+    Settings,
+    check_restart_cost,
+    default_user,
+    make_job_root,
+)
 
 log = logging.getLogger("schedulearn.serve")
 
@@ -474,7 +481,7 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     """Run until `stop` is set (or SIGINT/SIGTERM). `ready(manager, port)` is called once it
     listens, with the port it listens on (port 0: a free one). `reload`: how to read the tokens
     again, on SIGHUP (`--tokens`)."""
-    Path(settings.job_root).mkdir(parents=True, exist_ok=True)
+    make_job_root(settings.job_root)
     manager = SchedulerService(settings)
     private_store(manager.store)
     manager.start()
@@ -484,7 +491,10 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
         from tornado.httpserver import HTTPServer
         from tornado.netutil import bind_sockets
 
-        sockets = bind_sockets(port, host)
+        try:
+            sockets = bind_sockets(port, host)
+        except OSError as e:
+            raise SpecError(f"port: cannot listen on {host}:{port} ({e.strerror or e})") from None
         server = HTTPServer(app, max_body_size=64 * 1024 * 1024)
         server.add_sockets(sockets)
         port = sockets[0].getsockname()[1]
@@ -562,8 +572,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (SpecError, StoreError) as e:
         print(f"schedulearn serve: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"schedulearn serve: port: cannot listen on {args.host}:{args.port} ({e.strerror})",
+    except OSError as e:  # (a port that cannot be listened on is a SpecError naming it)
+        print(f"schedulearn serve: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
               file=sys.stderr)
         return 2
     return 0

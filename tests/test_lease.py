@@ -143,3 +143,31 @@ def test_a_jupyter_server_on_a_store_in_use_starts_no_scheduler(tmp_path: Path):
     finally:
         jupyter.stop()
         first.stop()
+
+
+@pytest.mark.parametrize("setting, reason", [
+    ({"job_root": "/proc/no/such/folder"}, "job_root: cannot create '/proc/no/such/folder'"),
+    ({"store_url": "nosuch://x"}, "store: unknown database 'nosuch' in nosuch://x"),
+    ({"default_policy": "nope"}, "policy: unknown 'nope'; available: fifo, "),
+])
+def test_a_jupyter_server_with_a_setting_it_cannot_work_with_says_why(tmp_path: Path, setting, reason):
+    """As with a store in use: Jupyter runs, the scheduler API answers 503 with the reason and
+    what to do, the log says it in one line. Until 2026-12-05 the extension failed to load with a
+    traceback in the log, and its API answered 404 (the sidebar and magics: `no server found`)."""
+    jupyter = LiveServer(tmp_path / "jupyter", {"virtual_gpus": 1, "job_root": str(tmp_path / "jobs"),
+                                                "tick": 0.2, **setting})
+    try:
+        jupyter.start()
+        c = Client(jupyter.url, jupyter.token)
+        for call in (c.jobs, c.gpus, lambda: c.submit({"command": ["true"]})):
+            with pytest.raises(ClientError) as e:
+                call()
+            assert e.value.status == 503 and reason in str(e.value), str(e.value)
+            assert "fix the setting (c.SchedulearnApp.*" in str(e.value)
+        jupyter.stop()
+        out = jupyter.output()
+        refused = [ln for ln in out.splitlines() if reason in ln]
+        assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
+        assert "Traceback" not in out, out
+    finally:
+        jupyter.stop()

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -519,6 +520,40 @@ def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_serve_refuses_a_setting_it_cannot_work_with_in_one_line_naming_it(tmp_path: Path):
+    """Each start-up failure names its own setting. Seen: `--job-root /proc/x` was reported as
+    `port: cannot listen on 127.0.0.1:8765 (No such file or directory)`, and `postgres://`
+    (libpq's spelling of a PostgreSQL URL) as a SQLAlchemy plugin that cannot be loaded."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)])}
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    no_pg = f"postgres://nobody@/nodb?host={tmp_path}"  # no server there: it gets as far as asking
+    cases = {
+        ("--job-root", str(tmp_path / "file" / "jobs")):
+            f"job_root: cannot create '{tmp_path / 'file' / 'jobs'}' (Not a directory)",
+        ("--store", "nosuch://x"): "store: unknown database 'nosuch' in nosuch://x; use a SQLite path",
+        ("--store", no_pg): "store: cannot open postgresql://nobody@/nodb?host=",
+        ("--port", str(taken)): f"port: cannot listen on 127.0.0.1:{taken} (Address already in use)",
+    }
+    (tmp_path / "file").write_text("a file where a folder should be")
+    try:
+        for args, said in cases.items():
+            base = {"--port": str(free_port()), "--store": f"sqlite:///{tmp_path / 's.db'}",
+                    "--job-root": str(tmp_path / "jobs"), **dict([args])}
+            p = subprocess.run([sys.executable, "-m", "schedulearn.cli", "serve", "--virtual-gpus", "1",
+                                *[x for kv in base.items() for x in kv]],
+                               capture_output=True, text=True, env={**env, "SCHEDULEARN_SERVE_TOKEN": "t"},
+                               timeout=60)
+            assert p.returncode == 2, (args, p.stderr)
+            last = p.stderr.splitlines()[-1]
+            assert last.startswith(f"schedulearn serve: {said}"), (args, p.stderr)
+            assert "Traceback" not in p.stderr, p.stderr
+    finally:
+        busy.close()
 
 
 def test_a_workstation_keeps_a_gpu_out_of_the_schedulers_hands(tmp_path: Path):

@@ -181,8 +181,17 @@ def test_unreachable_or_bad_url_is_one_clear_line(tmp_path):
     no_server = r"^store: cannot open postgresql\+psycopg://nobody@/nodb\?host=.*: .+$"
     with pytest.raises(StoreError, match=no_server):
         SqlStore(f"postgresql+psycopg://nobody@/nodb?host={tmp_path}")  # no server there
-    with pytest.raises(StoreError, match=r"^url: cannot open nosuchdb://x: .+$"):
+    with pytest.raises(StoreError, match=r"^store: unknown database 'nosuchdb' in nosuchdb://x; use a SQLite "
+                                         r"path or sqlite:///PATH, or postgresql://USER@HOST/DB$"):
         SqlStore("nosuchdb://x")
+    with pytest.raises(StoreError, match=r"^store: cannot open postgresql\+psycopg2://a@/b: its driver "
+                                         r"'psycopg2' is not installed \(PostgreSQL: pip install"):
+        SqlStore("postgresql+psycopg2://a@/b")  # (psycopg 3 is the one the project installs)
+    with pytest.raises(StoreError, match=r"^store: not a SQLAlchemy URL or SQLite path: '://x'$"):
+        SqlStore("://x")
+    # postgres:// (libpq's spelling; SQLAlchemy knows only postgresql://) reaches the server
+    with pytest.raises(StoreError, match=r"^store: cannot open postgresql://nobody@/nodb\?host=.*: .+$"):
+        SqlStore(f"postgres://nobody@/nodb?host={tmp_path}")
     with pytest.raises(StoreError, match=r"^store: cannot open sqlite:////proc/.+: .+$"):
         SqlStore("sqlite:////proc/no/such/dir/jobs.db")
 

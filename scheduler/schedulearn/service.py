@@ -27,6 +27,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import deadlines, policies
@@ -703,8 +704,23 @@ class SchedulerService:
                 "active": [j.id for j in self.engine.active.values()], "seq": self.hub.seq}
 
 
+def make_job_root(path: str) -> Path:
+    """The folder the jobs' folders go under, created where missing; a `SpecError` naming the
+    setting where it cannot be (seen: `--job-root /proc/x` was reported as a port that could not
+    be listened on)."""
+    root = Path(path).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"job_root: cannot create {str(root)!r} ({e.strerror or e})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise SpecError(f"job_root: {str(root)!r} is not writable by this server's account")
+    return root
+
+
 class Unavailable:
-    """Stands in for a service that could not start (the store's lease is another scheduler's):
+    """Stands in for a service that could not start (the store's lease is another scheduler's; a
+    setting it cannot work with, e.g. a store URL it cannot open or a job root it cannot create):
     every API call answers 503 with `unavailable`, the events socket is refused with it."""
 
     def __init__(self, reason: str):

@@ -185,7 +185,9 @@ class SqlStore:
         try:
             parsed = sa.make_url(full)
         except sa.exc.ArgumentError:
-            raise StoreError(f"url: not a SQLAlchemy URL or SQLite path: {url!r}") from None
+            raise StoreError(f"store: not a SQLAlchemy URL or SQLite path: {url!r}") from None
+        if parsed.drivername == "postgres":  # libpq's (and Heroku's) spelling, which SQLAlchemy
+            parsed = parsed.set(drivername="postgresql")  # dropped in 1.4
         self._sqlite = parsed.get_backend_name() == "sqlite"
         self._memory = False
         kwargs: dict[str, Any] = {}
@@ -201,11 +203,18 @@ class SqlStore:
                     raise StoreError(f"store: cannot open {parsed}: {e.strerror}: {e.filename}") from e
         else:
             kwargs.update(pool_pre_ping=True)  # reads after a server restart: no stale connection
+        shown = parsed.render_as_string(hide_password=True)
         try:
             self._engine = sa.create_engine(parsed, **kwargs)
+        except sa.exc.NoSuchModuleError:
+            raise StoreError(f"store: unknown database {parsed.drivername!r} in {shown}; use a SQLite "
+                             f"path or sqlite:///PATH, or postgresql://USER@HOST/DB") from None
+        except ImportError as e:
+            raise StoreError(f"store: cannot open {shown}: its driver {e.name or parsed.drivername!r} is "
+                             f"not installed (PostgreSQL: pip install 'schedulearn[postgres]', "
+                             f"postgresql://USER@HOST/DB)") from None
         except Exception as e:
-            raise StoreError(f"url: cannot open {parsed.render_as_string(hide_password=True)}: "
-                             f"{_one_line(e)}") from e
+            raise StoreError(f"store: cannot open {shown}: {_one_line(e)}") from e
         if self._sqlite:
             _sqlite_setup(self._engine, busy_timeout)
         self.url: str = parsed.render_as_string(hide_password=True)

@@ -264,6 +264,16 @@ def test_a_plot_without_a_suffix_is_a_png_at_the_name_given(tmp_path):
     assert "simulate: plot written to out" in p.stderr
 
 
+def test_a_job_id_that_cannot_be_one_is_refused_before_the_server_is_asked():
+    """`logs -1` reached the server and came back as `path: no route .../jobs/-1/logs`."""
+    nowhere = ("--url", "http://127.0.0.1:9/")  # the discard port: asking it would fail otherwise
+    for command, arg in (("logs", "-1"), ("show", "0"), ("script", "x"), ("cancel", "2.5")):
+        p = cli(command, *nowhere, arg)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (f"schedulearn {command}: argument JOB_ID: expected a job id (an integer >= 1, as "
+                            f"schedulearn ls shows), got {arg!r} (see schedulearn {command} --help)\n")
+
+
 def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     """The server's own check and message (`JobSpec.parse`), with no server to ask: the URL is
     the discard port, so a spec that got past the check would fail with 'cannot reach'."""

@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("logs", help="print a job's log")
     _common(p, json_flag=False)
-    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
+    p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="the job's id (schedulearn ls)")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.set_defaults(func=cmd_logs)
@@ -101,17 +101,18 @@ def register(subparsers: Any) -> None:
                               description="One job in full, a line per field: its whole reason (ls cuts it), "
                                           "where it runs, its times, what it asked for and runs.")
     _common(p)
-    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
+    p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="the job's id (schedulearn ls)")
     p.set_defaults(func=cmd_show)
 
     p = subparsers.add_parser("script", help="print the script a job runs")
     _common(p, json_flag=False)
-    p.add_argument("job_id", type=int, help="the job's id (schedulearn ls)")
+    p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="the job's id (schedulearn ls)")
     p.set_defaults(func=cmd_script)
 
     p = subparsers.add_parser("cancel", help="cancel jobs")
     _common(p)
-    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID", help="the jobs' ids (schedulearn ls)")
+    p.add_argument("job_ids", type=_job_id, nargs="+", metavar="JOB_ID",
+                   help="the jobs' ids (schedulearn ls)")
     p.set_defaults(func=cmd_cancel)
 
     p = subparsers.add_parser("policy", help="show or switch the scheduling policy")
@@ -152,6 +153,18 @@ def register(subparsers: Any) -> None:
                         "or a date (2026-11-01)")
     p.add_argument("--user", help="only this user's jobs")
     p.set_defaults(func=cmd_trace)
+
+
+def _job_id(text: str) -> int:
+    """A job id argument: an integer >= 1 (`logs -1` was `path: no route .../jobs/-1/logs`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a job id (an integer >= 1, as schedulearn ls shows), "
+                                         f"got {text!r}")
+    return value
 
 
 # -- commands ---------------------------------------------------------------------------------

@@ -260,13 +260,14 @@ class _SchedulearnApp(ExtensionApp):
             from schedulearn.store import StoreError
             from schedulearn.store.lease import LeaseError
 
-            settings = self.scheduler_settings()
             try:
+                settings = self.scheduler_settings()  # (a bad SCHEDULEARN_* variable: TraitError)
                 make_job_root(settings.job_root)
                 service = SchedulerService(settings)
-            except (LeaseError, StoreError, SpecError) as e:
+            except (LeaseError, StoreError, SpecError, TraitError) as e:
                 # Another scheduler owns the store, or a setting cannot be worked with (a store
-                # it cannot open, a job root it cannot create, an unknown policy): Jupyter runs,
+                # it cannot open, a job root it cannot create, an unknown policy, a variable
+                # that is not a number): Jupyter runs,
                 # this extension schedules nothing and its API answers 503 with the reason (the
                 # sidebar and the magics show it). Until 2026-12-05 only the lease did; the rest
                 # failed the extension's loading with a traceback, and its API answered 404.

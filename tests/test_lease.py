@@ -145,15 +145,20 @@ def test_a_jupyter_server_on_a_store_in_use_starts_no_scheduler(tmp_path: Path):
         first.stop()
 
 
-@pytest.mark.parametrize("setting, reason", [
-    ({"job_root": "/proc/no/such/folder"}, "job_root: cannot create '/proc/no/such/folder'"),
-    ({"store_url": "nosuch://x"}, "store: unknown database 'nosuch' in nosuch://x"),
-    ({"default_policy": "nope"}, "policy: unknown 'nope'; available: fifo, "),
+@pytest.mark.parametrize("setting, variables, reason", [
+    ({"job_root": "/proc/no/such/folder"}, {}, "job_root: cannot create '/proc/no/such/folder'"),
+    ({"store_url": "nosuch://x"}, {}, "store: unknown database 'nosuch' in nosuch://x"),
+    ({"default_policy": "nope"}, {}, "policy: unknown 'nope'; available: fifo, "),
+    ({}, {"SCHEDULEARN_CANCEL_GRACE": "soon"}, "SCHEDULEARN_CANCEL_GRACE: expected a number, got 'soon'"),
 ])
-def test_a_jupyter_server_with_a_setting_it_cannot_work_with_says_why(tmp_path: Path, setting, reason):
+def test_a_jupyter_server_with_a_setting_it_cannot_work_with_says_why(tmp_path: Path, monkeypatch, setting,
+                                                                     variables, reason):
     """As with a store in use: Jupyter runs, the scheduler API answers 503 with the reason and
     what to do, the log says it in one line. Until 2026-12-05 the extension failed to load with a
-    traceback in the log, and its API answered 404 (the sidebar and magics: `no server found`)."""
+    traceback in the log, and its API answered 404 (the sidebar: `the Schedulearn server
+    extension is not enabled`)."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)  # (the server's environment is this one's)
     jupyter = LiveServer(tmp_path / "jupyter", {"virtual_gpus": 1, "job_root": str(tmp_path / "jobs"),
                                                 "tick": 0.2, **setting})
     try:

@@ -708,7 +708,7 @@ def make_job_root(path: str) -> Path:
     """The folder the jobs' folders go under, created where missing; a `SpecError` naming the
     setting where it cannot be (seen: `--job-root /proc/x` was reported as a port that could not
     be listened on)."""
-    root = Path(path).expanduser()
+    root = Path(path)  # (as the executors read it: no ~ expansion here that they would lack)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:

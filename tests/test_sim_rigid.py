@@ -108,6 +108,31 @@ def test_unknown_header_and_missing_file(tmp_path):
         load_trace(write(tmp_path, "name,submit_time,gpus,duration\n"), start="2017-10-01")
 
 
+@pytest.mark.parametrize("header", ["name,submit_time,gpus,duration",
+                                    "timestamp,duration,num_gpus,gpu_time,cluster",
+                                    "name,time,application,num_replicas,batch_size"])
+def test_a_trace_saved_by_a_spreadsheet_reads_as_written(tmp_path, header):
+    """Excel's `CSV UTF-8` begins the file with a byte-order mark and ends lines with CRLF: the
+    header read `\ufeffname,...`, refused as unknown in a message that looked like the expected
+    header. Every format reads it as the same file without them."""
+    rows = {"name": "a,0,1,10\nb,5,2,20", "timestamp": "2017-10-01 00:00:00,10.0,1,10.0,c1",
+            "name,time": "a,0,cifar10,1,128"}
+    body = rows["name,time" if header.startswith("name,time") else header.split(",")[0]]
+    plain = write(tmp_path, f"{header}\n{body}\n", "plain.csv")
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    expected = [(j.submit_time, j.spec) for j in load_trace(plain)]
+    assert expected and [(j.submit_time, j.spec) for j in load_trace(excel)] == expected
+
+
+def test_a_file_that_is_not_utf8_text_is_one_line_naming_it(tmp_path):
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("name,submit_time,gpus,duration\n\xe9t\xe9,0,1,10\n".encode("latin-1"))
+    with pytest.raises(SpecError, match=r"^trace: latin.csv is not UTF-8 text \(byte 0xe9 at offset 31\); "
+                                        r"expected a CSV trace$"):
+        load_trace(latin)
+
+
 PHILLY = ("timestamp,duration,num_gpus,gpu_time,cluster\n"
           "2017-10-03 10:00:00,100.0,2,200.0,c1\n"
           "2017-10-01 00:00:00,50.0,1,50.0,c1\n"

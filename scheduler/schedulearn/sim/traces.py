@@ -15,6 +15,8 @@ from pathlib import Path
 from ..model import JobSpec, SpecError
 from .workload import MAX_SECONDS
 
+#: traces are UTF-8; a byte-order mark (a spreadsheet's "CSV UTF-8" export) is skipped
+ENCODING = "utf-8-sig"
 RIGID_HEADER = ["name", "submit_time", "gpus", "duration"]
 PHILLY_HEADER = ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]
 WORKLOAD_HEADER = ["name", "time", "application", "num_replicas", "batch_size"]
@@ -48,7 +50,7 @@ def _seconds(where: str, field: str, text: str, strict: bool) -> float:
 
 
 def _rows(path: Path):
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding=ENCODING) as f:
         reader = csv.reader(f)
         header = next(reader, None)
         yield [h.strip() for h in header] if header else []
@@ -135,7 +137,7 @@ REFERENCE_SETTINGS = {
 def trace_format(path: str | Path) -> str:
     """`rigid`, `philly` or `pollux` (a Pollux workload), from the header (`unknown` otherwise)."""
     try:
-        with Path(path).open(newline="") as f:
+        with Path(path).open(newline="", encoding=ENCODING) as f:
             header = [h.strip() for h in next(csv.reader(f), [])]
     except (OSError, UnicodeDecodeError):
         return "unknown"
@@ -149,7 +151,15 @@ def load_trace(path: str | Path, start: str | None = None, limit: int | None = N
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"trace: no such file {str(path)!r}")
-    with path.open(newline="") as f:
+    try:
+        return _load(path, start, limit)
+    except UnicodeDecodeError as e:  # (a binary file, or another encoding's text)
+        raise SpecError(f"trace: {path.name} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start:,}); expected a CSV trace") from None
+
+
+def _load(path: Path, start: str | None, limit: int | None) -> list[TraceJob]:
+    with path.open(newline="", encoding=ENCODING) as f:
         header = [h.strip() for h in next(csv.reader(f), [])]
     if header == PHILLY_HEADER:
         return read_philly(path, start, limit)

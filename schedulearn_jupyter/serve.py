@@ -218,7 +218,7 @@ def load_tokens(args: argparse.Namespace) -> dict[str, str]:
     if args.tokens is not None:
         check_private(args.tokens)
         try:
-            data = json.loads(args.tokens.read_text())
+            data = json.loads(args.tokens.read_text(encoding="utf-8-sig"))  # (an editor's byte-order mark)
         except (OSError, ValueError) as e:
             raise SpecError(f"tokens: cannot read a JSON object from {args.tokens} ({e})") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v

@@ -83,3 +83,17 @@ async def test_websocket_needs_a_token(jp_ws_fetch):
     hello = json.loads(await ws.read_message())
     assert hello["type"] == "hello" and hello["policy"] == "fifo"
     ws.close()
+
+
+def test_a_tokens_file_an_editor_began_with_a_byte_order_mark_is_read(tmp_path):
+    """`--tokens` as some editors save JSON (a UTF-8 byte-order mark first): read as written,
+    not refused as `Unexpected UTF-8 BOM`."""
+    import argparse
+
+    from schedulearn_jupyter.serve import load_tokens
+
+    path = tmp_path / "tokens.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"alice-token": "alice", "bob-token": "bob"}).encode())
+    path.chmod(0o600)
+    args = argparse.Namespace(tokens=path, token=None, user=None)
+    assert load_tokens(args) == {"alice-token": "alice", "bob-token": "bob"}

@@ -192,6 +192,31 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     assert gone.returncode == 1 and "no Schedulearn server found" in gone.stderr
 
 
+def test_submit_from_a_spec_file_with_flags_over_it(live_server: LiveServer, tmp_path: Path):
+    """`schedulearn submit --spec FILE`: a JobSpec in JSON, which flags override (here its name
+    and GPUs), read whether or not an editor began it with a byte-order mark; a file that is not
+    a JSON object is one line naming it, and nothing is submitted."""
+    live_server.start()
+    env = {**live_server.env, "SCHEDULEARN_URL": live_server.url, "SCHEDULEARN_TOKEN": live_server.token}
+    spec = {"name": "from-the-file", "gpus": 1, "env": {"GREETING": "hi from a spec"},
+            "command": [sys.executable, "-c", "import os; print(os.environ['GREETING'])"]}
+    path = tmp_path / "job.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(spec).encode())
+    out = cli(env, "submit", "--json", "--spec", str(path), "--name", "renamed", "--gpus", "2").stdout
+    job = json.loads(out)
+    assert (job["name"], job["spec"]["gpus"], job["spec"]["command"]) == ("renamed", 2, spec["command"])
+    wait_for(lambda: Client(live_server.url, live_server.token).job(job["id"])["state"] == "succeeded",
+             what="the job to succeed")
+    assert "hi from a spec" in cli(env, "logs", str(job["id"])).stdout
+    for text, said in (("[1, 2]", f"spec: expected a JSON object in {path}"),
+                       ('{"gpus": 1', f"spec: cannot read a JSON object from {path} (Expecting ")):
+        path.write_text(text)
+        bad = cli(env, "submit", "--spec", str(path), check=False)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+        assert bad.stderr.startswith(f"schedulearn: {said}"), bad.stderr
+    assert len(Client(live_server.url, live_server.token).jobs()) == 1
+
+
 def test_restart_keeps_queued_and_running_jobs(live_server: LiveServer):
     live_server.traits.update(virtual_gpus=1)
     live_server.start()

@@ -185,7 +185,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if args.spec is not None:
         try:
-            spec = json.loads(args.spec.read_text())
+            spec = json.loads(args.spec.read_text(encoding="utf-8-sig"))  # (an editor's byte-order mark)
         except (OSError, ValueError) as e:
             raise ClientError(f"spec: cannot read a JSON object from {args.spec} ({e})") from None
         if not isinstance(spec, dict):

@@ -547,6 +547,54 @@ def test_serve_on_port_0_listens_on_a_free_port_and_says_which(tmp_path: Path):
         proc.wait(20)
 
 
+def test_serve_under_a_base_url_answers_there_and_only_there(tmp_path: Path):
+    """`serve --base-url /sched` (behind a proxy that routes a path to it): the API, a followed
+    log and the events socket live under the prefix, with or without its trailing slash in the
+    client's URL; nothing answers at the root."""
+    import asyncio
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scheduler"), str(ROOT)]),
+           "SCHEDULEARN_SERVE_TOKEN": "t"}
+    port = free_port()
+    root = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedulearn.cli", "serve", "--port", str(port), "--base-url", "/sched",
+         "--virtual-gpus", "1", "--store", f"sqlite:///{tmp_path / 's.db'}",
+         "--job-root", str(tmp_path / "jobs")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:
+            if "API at" in line:
+                assert line.strip() == f"schedulearn: API at http://127.0.0.1:{port}/sched/schedulearn/api/"
+                break
+        else:
+            pytest.fail(f"serve exited ({proc.wait()}) without saying where it listens")
+        for url in (root + "sched/", root + "sched"):
+            assert Client(url, "t").policy() == "fifo"
+        with pytest.raises(ClientError) as e:
+            Client(root, "t").policy()
+        assert e.value.status == 404
+        c = Client(root + "sched/", "t")
+        job = c.submit({"command": [sys.executable, "-c", "print('under a prefix')"]})
+        assert "under a prefix" in "".join(c.follow(job["id"], timeout=60))
+
+        async def hello() -> dict:
+            ws = await websocket_connect(HTTPRequest(f"ws://127.0.0.1:{port}/sched/schedulearn/api/events",
+                                                     headers={"Authorization": "token t"}))
+            try:
+                return json.loads(await ws.read_message())
+            finally:
+                ws.close()
+
+        assert asyncio.run(hello())["type"] == "hello"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 def test_serve_refuses_a_setting_it_cannot_work_with_in_one_line_naming_it(tmp_path: Path):
     """Each start-up failure names its own setting. Seen: `--job-root /proc/x` was reported as
     `port: cannot listen on 127.0.0.1:8765 (No such file or directory)`, and `postgres://`

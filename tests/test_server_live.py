@@ -174,6 +174,12 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     assert gone.returncode == 1 and gone.stderr == (  # at submission, not when its turn comes
         f"schedulearn: workdir: '{tmp_path / 'nope'}' is not a directory on the scheduler's machine "
         "(HTTP 400)\n")
+    # a container image on a server that runs processes: refused, not dropped (it ran in the
+    # server's Python)
+    imaged = cli(env, "submit", "--image", "pytorch/pytorch", "--", "true", check=False)
+    assert imaged.returncode == 1 and imaged.stderr == (
+        "schedulearn: image: a container image needs the 'docker' executor; this server runs jobs with "
+        "the 'local' executor, as processes in its own environment (leave --image out) (HTTP 400)\n")
     # a deadline under a policy that does not plan for it (las): submitted, with a note saying so
     timed = cli(env, "submit", "--deadline", "2 hours", "--", "true")
     assert timed.stdout.startswith("submitted job "), timed.stdout

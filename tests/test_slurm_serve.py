@@ -134,6 +134,11 @@ def test_kill_9_with_slurm_jobs_running_reattaches_and_runs_each_job_once(cluste
     with pytest.raises(ClientError) as e:  # a workdir the nodes cannot enter: at submission
         client.submit({"command": ["true"], "workdir": str(tmp_path / "nope")})
     assert e.value.status == 400 and "is not a directory on the scheduler's machine" in str(e.value)
+    with pytest.raises(ClientError) as e:  # a container image Slurm's processes would not run in
+        client.submit({"command": ["true"], "image": "pytorch/pytorch"})
+    assert e.value.status == 400 and str(e.value).startswith(
+        "image: a container image needs the 'docker' executor; this server runs jobs with the 'slurm' "
+        "executor")
     rng = random.Random(14)
     ids: list[int] = []
     try:

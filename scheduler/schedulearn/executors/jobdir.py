@@ -38,6 +38,16 @@ def check_host_workdir(spec: JobSpec, account: Any = None) -> None:
                         f"{account.name}, which cannot enter it (the permissions of it or of a folder above)")
 
 
+def check_no_image(spec: JobSpec, executor: str) -> None:
+    """For an executor that runs jobs as processes of the scheduler's machine (local; Slurm): a
+    container `image` is refused at submission. It was silently dropped: `%%schedulearn --image
+    pytorch/pytorch` ran the cell in the server's Python, not in the image."""
+    if spec.image is not None:
+        raise SpecError(f"image: a container image needs the 'docker' executor; this server runs jobs "
+                        f"with the {executor!r} executor, as processes in its own environment "
+                        f"(leave --image out)")
+
+
 #: the job root's free space below which no job starts (the scheduler pauses itself): a job's
 #: start writes its bundle (a cell's variables may be megabytes) and its log grows from there
 MIN_FREE_BYTES = 64 * 2**20

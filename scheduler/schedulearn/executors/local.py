@@ -45,7 +45,7 @@ from ..jobfiles import EXIT_CODE_FILE, GATE_CLOSED_FILE, PID_FILE
 from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
 from . import oom
 from .base import ExecutorError, Unavailable
-from .jobdir import check_host_workdir
+from .jobdir import check_host_workdir, check_no_image
 from .launch import (
     EXITWRAP,
     RUNNER,
@@ -136,6 +136,7 @@ class LocalExecutor(RunExecutor):
         self._init_runs()
 
     def check_spec(self, spec: JobSpec) -> None:
+        check_no_image(spec, "local")
         check_host_workdir(spec, self.account_for(spec))
 
     # -- after a restart ---------------------------------------------------------------------------

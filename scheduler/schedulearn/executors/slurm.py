@@ -72,7 +72,7 @@ from .. import joblogs, nofollow
 from ..jobfiles import EXIT_CODE_FILE
 from ..model import Allocation, Gpu, Job, JobSpec, Launcher, Node
 from .base import ExecutorError
-from .jobdir import check_host_workdir
+from .jobdir import check_host_workdir, check_no_image
 from .launch import build_workers, job_environment
 from .lifecycle import Run, RunExecutor, reattached_line, start_line
 from .registry import ExecutorKind, Option
@@ -192,6 +192,7 @@ class SlurmExecutor(RunExecutor):
         self._init_runs()
 
     def check_spec(self, spec: JobSpec) -> None:
+        check_no_image(spec, "slurm")
         # (the nodes see this machine's paths: a shared file system)
         check_host_workdir(spec, self.account_for(spec))
 

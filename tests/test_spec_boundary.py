@@ -25,6 +25,10 @@ OK = {"command": ["true"]}
     ({"env": {"A\x00B": "1"}}, "env: names must match [A-Za-z_][A-Za-z0-9_]* (a shell identifier), got "),
     ({"env": {"": "1"}}, "env: names must match "),
     ({"env": {"OK": "a\x00b"}}, "env: NUL characters (\\u0000) are not allowed in a value (OK)"),
+    ({"env": {"CUDA_VISIBLE_DEVICES": "3"}},
+     "env: CUDA_VISIBLE_DEVICES is set by the scheduler for every job (the GPUs it is given, its folder and "
+     "run); leave it out"),
+    ({"env": {"SCHEDULEARN_JOB_DIR": "/tmp"}}, "env: SCHEDULEARN_JOB_DIR is set by the scheduler for"),
     ({"command": ["echo", "a\x00b"]}, "command: NUL characters (\\u0000) are not allowed in an argument"),
     ({"command": ["echo", "\udfff"]}, "command: lone surrogate characters (\\ud800-\\udfff) are not allowed"),
     ({"env": {"OK": "\ud800"}}, "env: lone surrogate characters"),
@@ -79,3 +83,15 @@ def test_the_store_reads_back_a_spec_stored_before_the_stricter_checks(tmp_path)
     assert back.spec.env == {"1BAD": "x"}
     with pytest.raises(SpecError):
         JobSpec.parse(old.model_dump())
+
+
+def test_the_variables_a_spec_may_not_set_are_those_the_scheduler_sets():
+    """What `SCHEDULER_ENV` refuses in a spec's `env` is what every job's environment gets from
+    the scheduler (and so would override without a word): a `--env CUDA_VISIBLE_DEVICES=3` ran
+    on the GPU the job was given, not on 3."""
+    from schedulearn.executors.launch import job_env
+    from schedulearn.model import SCHEDULER_ENV
+
+    set_by_scheduler = set(job_env(7, "/jobs/7", 2, 4, result_key="k")) - {"PYTHONUNBUFFERED"}
+    assert set_by_scheduler | {"CUDA_VISIBLE_DEVICES"} == SCHEDULER_ENV
+    assert JobSpec.parse({**OK, "env": {"SCHEDULEARN_RANK_PREFIX": "0"}}).env  # a job's own switch

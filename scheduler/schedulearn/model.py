@@ -77,6 +77,10 @@ RESIZE_MODES = tuple(m.value for m in Resize)
 #: What an environment variable's name may be: a shell identifier (`export` accepts nothing else).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_TEXT = "[A-Za-z_][A-Za-z0-9_]*"
+#: Variables the scheduler sets for every job (`executors.launch.job_env`, the GPUs it was given):
+#: a spec's `env` naming one is refused, as it would be overridden without a word.
+SCHEDULER_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "SCHEDULEARN_JOB_ID", "SCHEDULEARN_JOB_DIR",
+                           "SCHEDULEARN_RESTART_COUNT", "SCHEDULEARN_NUM_GPUS", "SCHEDULEARN_RESULT_KEY"})
 #: Control characters (Unicode category Cc: C0, DEL and C1), which a one-line text field refuses.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: The longest time limit a job may ask for (a year): a typo such as `--timeout 2000000h` is refused.
@@ -144,6 +148,9 @@ class JobSpec(BaseModel):
             for name, value in v.items():
                 if not ENV_NAME.fullmatch(name):
                     raise ValueError(f"names must match {ENV_NAME_TEXT} (a shell identifier), got {name!r}")
+                if name in SCHEDULER_ENV:
+                    raise ValueError(f"{name} is set by the scheduler for every job (the GPUs it is given, "
+                                     f"its folder and run); leave it out")
                 if "\x00" in value:
                     raise ValueError(f"NUL characters (\\u0000) are not allowed in a value ({name})")
         return v

@@ -172,7 +172,8 @@ def test_the_cli_client_reads_deadlines_before_sending_anything():
     (["--deadline", "-5m"], "deadline: -5m is a duration back in the past; expected a time after submission, "
                             "such as 2h or 90m from now"),
     (["--timeout", "-5m"], "--timeout: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got '-5m'"),
-])
+    (["--timeout", "400d"], "--timeout: expected a duration of at most a year (365d), got '400d'"),  # (it
+])  # was `time_limit: expected a number of seconds > 0 and <= 31536000 (a year), got 34560000.0`)
 def test_the_cli_reads_a_value_with_a_minus_as_the_options_and_sends_nothing(capsys, argv, message):
     """`--deadline -5m` is the option's value (argparse alone would answer "expected one argument"):
     one line naming the field, exit 1 as every client error, before any server is asked (none

@@ -235,7 +235,7 @@ class SchedulearnMagics(Magics):
             spec["resize"] = args.resize
         if args.timeout is not None:
             try:
-                spec["time_limit"] = deadlines.parse_duration(args.timeout)
+                spec["time_limit"] = deadlines.parse_timeout(args.timeout)
             except SpecError as e:
                 raise UsageError(str(e)) from None
         check_spec(spec)

@@ -221,7 +221,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             raise ClientError(str(e)) from None
     if args.timeout is not None:
         try:
-            spec["time_limit"] = deadlines.parse_duration(args.timeout)
+            spec["time_limit"] = deadlines.parse_timeout(args.timeout)
         except SpecError as e:
             raise ClientError(str(e)) from None
     for item in args.env:

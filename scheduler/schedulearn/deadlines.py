@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from .model import SpecError
+from .model import MAX_TIME_LIMIT_S, SpecError
 
 #: the furthest a deadline may be, seconds after submission (30 days)
 HORIZON_S = 30 * 86400.0
@@ -114,6 +114,16 @@ def parse_duration(text: str, option: str = "--timeout") -> float:
             value = 86400 * d + 3600 * h + 60 * mi + s
     if not value > 0 or value == float("inf"):
         raise SpecError(f"{option}: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got {text!r}")
+    return value
+
+
+def parse_timeout(text: str, option: str = "--timeout") -> float:
+    """A job's time limit as typed (`parse_duration`), at most `model.MAX_TIME_LIMIT_S` (a year):
+    past it, one line in the user's own words (it said `time_limit: ... got 34560000.0` of
+    `--timeout 400d`)."""
+    value = parse_duration(text, option)
+    if value > MAX_TIME_LIMIT_S:
+        raise SpecError(f"{option}: expected a duration of at most a year (365d), got {text!r}")
     return value
 
 

@@ -507,6 +507,38 @@ def test_a_report_field_the_scheduler_does_not_read_is_said_once_on_stderr(tmp_p
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
 
 
+def test_a_report_of_tensors_is_written_as_numbers_and_a_slip_never_stops_the_run(tmp_path, monkeypatch,
+                                                                                  capsys):
+    """`report(progress=done / total)` with torch tensors (a `.item()` forgotten) raised `Object of
+    type Tensor is not JSON serializable`, and `report(step_time="x")` a bare `could not convert`:
+    either stopped the training run the report only describes. Scalars (0-d tensors, numpy
+    numbers) are written as the numbers they hold, and the scheduler reads them; what holds no
+    number is left out and said once, never raised."""
+    import numpy as np
+    import torch
+    from schedulearn import elastic
+    from schedulearn.estimates.reports import progress_of
+
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    monkeypatch.setattr(elastic, "_said", set())
+    elastic.report(step_time=torch.tensor(0.25), batch_size=np.int64(64), progress=torch.tensor(3) / 4,
+                   grad_sqr=np.float32(1.5))
+    elastic.report(step_time="x", batch_size=torch.ones(2), progress=torch.ones(3), epoch=2)
+    elastic.report(step_time="y", progress=object())  # (said once per field)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    first, second, third = (json.loads(line) for line in lines)
+    assert [first[k] for k in ("step_time", "batch_size", "progress", "grad_sqr")] == [0.25, 64, 0.75, 1.5]
+    assert progress_of(first) == 0.75
+    assert second["epoch"] == 2
+    assert not {"step_time", "batch_size", "progress"} & (set(second) | set(third))
+    said = "schedulearn.elastic.report: "
+    assert capsys.readouterr().err.splitlines() == [
+        f"{said}step_time: expected a number, got str 'x'; left out of the report",
+        f"{said}batch_size: expected a number, got Tensor tensor([1., 1.]); left out of the report",
+        f"{said}progress: expected a number or text, got Tensor tensor([1., 1., 1.]); left out of the report",
+    ]
+
+
 def test_the_report_fields_are_the_ones_the_scheduler_documents_and_reads():
     """`jobfiles.REPORT_FIELDS` (what `report` checks against) is the table of fields that
     `schedulearn.estimates.reports` documents: neither drifts from the other."""

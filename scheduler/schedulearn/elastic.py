@@ -184,17 +184,55 @@ def report(step_time: float | None = None, batch_size: int | None = None, **extr
     if _rank() != 0:
         return
     rec: dict[str, Any] = {"t": time.time()}
-    if step_time is not None:
-        rec["step_time"] = float(step_time)
-    if batch_size is not None:
-        rec["batch_size"] = int(batch_size)
     world, hvd = _world(), _live_horovod()
     nodes = max(-(-world // max(int(hvd.local_size()), 1)), 1) if hvd is not None else _nodes_from_env(world)
     rec.update({"num_gpus": world, "num_nodes": nodes, "restart": restart_count()})
-    rec.update(extra)  # what the caller says wins (a loop that knows its own placement better)
+    given = {**{k: v for k, v in (("step_time", step_time), ("batch_size", batch_size)) if v is not None},
+             **extra}  # what the caller says wins (a loop that knows its own placement better)
+    for key, value in given.items():
+        kind = {"step_time": float, "batch_size": int}.get(key)
+        plain = _plain(value, kind)
+        if plain is _UNWRITABLE:
+            what = "a number" if kind else "a number or text"
+            _say_once(key, f"{key}: expected {what}, got {type(value).__name__} {_short(value)}; "
+                           f"left out of the report")
+        else:
+            rec[key] = plain
     _say_what_is_ignored(extra)
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+_UNWRITABLE = object()
+
+
+def _plain(value: Any, kind: type | None = None) -> Any:
+    """`value` as a report can hold it: a torch or numpy scalar (a 0-d tensor, `loss` without its
+    `.item()`, `np.float32`) as its Python number, `kind` where given; `_UNWRITABLE` where it has
+    none. Such a value made `report` raise (`Object of type Tensor is not JSON serializable`) and
+    stop the training run it was only meant to describe."""
+    if kind is None:
+        try:
+            json.dumps(value)
+            return value
+        except (TypeError, ValueError):
+            pass
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):  # (a tensor of several elements)
+            return _UNWRITABLE
+    if kind is None and isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        return (kind or float)(value)
+    except (TypeError, ValueError, OverflowError):
+        return _UNWRITABLE
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 _said: set[str] = set()
@@ -212,9 +250,14 @@ def _say_what_is_ignored(extra: dict[str, Any]) -> None:
             note = f"progress: expected a fraction from 0 to 1, got {value!r} (read as {read})"
         else:
             continue
-        if key not in _said:
-            _said.add(key)
-            print(f"schedulearn.elastic.report: {note}", file=sys.stderr, flush=True)
+        _say_once(key, note)
+
+
+def _say_once(key: str, note: str) -> None:
+    """`note` on stderr (the job's log), once per report field."""
+    if key not in _said:
+        _said.add(key)
+        print(f"schedulearn.elastic.report: {note}", file=sys.stderr, flush=True)
 
 
 def _progress_read(value: Any) -> str | None:

@@ -127,18 +127,8 @@ def test_a_jupyter_server_on_a_store_in_use_starts_no_scheduler(tmp_path: Path):
     jupyter = LiveServer(tmp_path / "jupyter", {"store_url": store, "virtual_gpus": 1,
                                                 "job_root": str(tmp_path / "jjobs"), "tick": 0.2})
     try:
-        jupyter.start()
-        c = Client(jupyter.url, jupyter.token)
-        for call in (c.jobs, c.gpus, lambda: c.submit({"command": ["true"]})):
-            with pytest.raises(ClientError) as e:
-                call()
-            assert e.value.status == 503 and "in use by another scheduler" in str(e.value)
-            assert str(first.proc.pid) in str(e.value)
-        jupyter.stop()
-        out = jupyter.output()
-        refused = [ln for ln in out.splitlines() if "in use by another scheduler" in ln]
-        assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
-        assert "Traceback" not in out, out
+        said = _no_scheduler(jupyter, "in use by another scheduler")
+        assert all(str(first.proc.pid) in e for e in said)
         assert Client(first.url, "t").jobs() == []  # nothing reached the store
     finally:
         jupyter.stop()
@@ -162,17 +152,26 @@ def test_a_jupyter_server_with_a_setting_it_cannot_work_with_says_why(tmp_path: 
     jupyter = LiveServer(tmp_path / "jupyter", {"virtual_gpus": 1, "job_root": str(tmp_path / "jobs"),
                                                 "tick": 0.2, **setting})
     try:
-        jupyter.start()
-        c = Client(jupyter.url, jupyter.token)
-        for call in (c.jobs, c.gpus, lambda: c.submit({"command": ["true"]})):
-            with pytest.raises(ClientError) as e:
-                call()
-            assert e.value.status == 503 and reason in str(e.value), str(e.value)
-            assert "fix the setting (c.SchedulearnApp.*" in str(e.value)
-        jupyter.stop()
-        out = jupyter.output()
-        refused = [ln for ln in out.splitlines() if reason in ln]
-        assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
-        assert "Traceback" not in out, out
+        said = _no_scheduler(jupyter, reason)
+        assert all("fix the setting (c.SchedulearnApp.*" in e for e in said)
     finally:
         jupyter.stop()
+
+
+def _no_scheduler(jupyter: LiveServer, reason: str) -> list[str]:
+    """Start `jupyter`; every API call answers 503 saying `reason` (the errors, returned), and
+    once stopped its log says it in one line, without a traceback."""
+    jupyter.start()
+    c = Client(jupyter.url, jupyter.token)
+    said = []
+    for call in (c.jobs, c.gpus, lambda: c.submit({"command": ["true"]})):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert e.value.status == 503 and reason in str(e.value), str(e.value)
+        said.append(str(e.value))
+    jupyter.stop()
+    out = jupyter.output()
+    refused = [ln for ln in out.splitlines() if reason in ln]
+    assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
+    assert "Traceback" not in out, out
+    return said

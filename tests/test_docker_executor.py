@@ -23,7 +23,7 @@ from schedulearn.engine import Engine, RealClock
 from schedulearn.executors import registry
 from schedulearn.executors.docker import LABEL_JOB, DockerExecutor
 from schedulearn.executors.hosts import parse_hosts
-from schedulearn.model import Job, JobSpec, JobState
+from schedulearn.model import Job, JobSpec, JobState, SpecError
 from schedulearn.service import Settings
 
 from tests.fixtures.dockerd import ROOT
@@ -187,17 +187,19 @@ def test_each_container_sees_only_its_gpus(dockerd, tmp_path):
 def test_the_nvidia_runtimes_variable_is_the_schedulers(dockerd, tmp_path):
     """`NVIDIA_VISIBLE_DEVICES` decides, where the NVIDIA runtime is the daemon's default (or an
     older toolkit picked `all` among duplicates), which GPUs a container gets: a job (or a CUDA
-    image, whose ENV says `all`) must not set it. The executor sets it over theirs: the devices
-    the container was given, or `void` for none."""
+    image, whose ENV says `all`, or the operator's `env`) must not set it. The executor sets it
+    over theirs: the devices the container was given, or `void` for none. A spec that names it
+    is refused at submission."""
     from schedulearn.executors.docker import nvidia_visible
 
-    ex = executor([dockerd], tmp_path / "jobs")
+    ex = executor([dockerd], tmp_path / "jobs", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    command = [dockerd.python, "-c", "import os; print('NV=' + os.environ['NVIDIA_VISIBLE_DEVICES'])"]
 
     async def main():
         async with live(ex) as eng:
-            job = eng.submit({"command": [dockerd.python, "-c", "import os; print('NV=' + "
-                                          "os.environ['NVIDIA_VISIBLE_DEVICES'])"],
-                              "env": {"NVIDIA_VISIBLE_DEVICES": "all"}})
+            with pytest.raises(SpecError, match="^env: NVIDIA_VISIBLE_DEVICES is set by the scheduler"):
+                eng.submit({"command": command, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}})
+            job = eng.submit({"command": command})
             await wait_for(final(eng, job.id), 30, "the job to end")
             assert job.state is JobState.succeeded, job.reason
             assert "\nNV=void\n" in ex.logs(job.id)  # virtual GPUs: no real device
@@ -687,8 +689,6 @@ def test_bad_configuration_is_refused_with_one_line(tmp_path):
                                              options={"docker_pull": "always"}))
     with pytest.raises(ValueError, match=r"^pull: expected one of never, missing, got 'always'$"):
         DockerExecutor("a=unix:///x.sock", tmp_path, pull="always")
-    from schedulearn.model import SpecError
-
     with pytest.raises(SpecError, match=r"^docker_hosts: url of 'a' must start with one of unix://, tcp://, ssh://"):
         DockerExecutor("a=http://x", tmp_path)
     hosts = parse_hosts("a=ssh://me@gpu2?gpus=2,b=tcp://10.0.0.3:2376?address=10.9.9.9")

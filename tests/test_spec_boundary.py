@@ -29,6 +29,7 @@ OK = {"command": ["true"]}
      "env: CUDA_VISIBLE_DEVICES is set by the scheduler for every job (the GPUs it is given, its folder and "
      "run); leave it out"),
     ({"env": {"SCHEDULEARN_JOB_DIR": "/tmp"}}, "env: SCHEDULEARN_JOB_DIR is set by the scheduler for"),
+    ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "env: NVIDIA_VISIBLE_DEVICES is set by the scheduler for"),
     ({"command": ["echo", "a\x00b"]}, "command: NUL characters (\\u0000) are not allowed in an argument"),
     ({"command": ["echo", "\udfff"]}, "command: lone surrogate characters (\\ud800-\\udfff) are not allowed"),
     ({"env": {"OK": "\ud800"}}, "env: lone surrogate characters"),
@@ -89,9 +90,11 @@ def test_the_variables_a_spec_may_not_set_are_those_the_scheduler_sets():
     """What `SCHEDULER_ENV` refuses in a spec's `env` is what every job's environment gets from
     the scheduler (and so would override without a word): a `--env CUDA_VISIBLE_DEVICES=3` ran
     on the GPU the job was given, not on 3."""
+    from schedulearn.executors.docker import NVIDIA_VISIBLE
     from schedulearn.executors.launch import job_env
     from schedulearn.model import SCHEDULER_ENV
 
     set_by_scheduler = set(job_env(7, "/jobs/7", 2, 4, result_key="k")) - {"PYTHONUNBUFFERED"}
-    assert set_by_scheduler | {"CUDA_VISIBLE_DEVICES"} == SCHEDULER_ENV
+    containers = {NVIDIA_VISIBLE, "SCHEDULEARN_HOST_GPUS"}  # (the Docker executor's, over the image's)
+    assert set_by_scheduler | {"CUDA_VISIBLE_DEVICES"} | containers == SCHEDULER_ENV
     assert JobSpec.parse({**OK, "env": {"SCHEDULEARN_RANK_PREFIX": "0"}}).env  # a job's own switch

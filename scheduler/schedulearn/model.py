@@ -77,10 +77,12 @@ RESIZE_MODES = tuple(m.value for m in Resize)
 #: What an environment variable's name may be: a shell identifier (`export` accepts nothing else).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_TEXT = "[A-Za-z_][A-Za-z0-9_]*"
-#: Variables the scheduler sets for every job (`executors.launch.job_env`, the GPUs it was given):
-#: a spec's `env` naming one is refused, as it would be overridden without a word.
+#: Variables the scheduler sets for every job (`executors.launch.job_env`, the GPUs it was given;
+#: for a container, `NVIDIA_VISIBLE_DEVICES` and the host's GPU ids): a spec's `env` naming one is
+#: refused, as it would be overridden without a word.
 SCHEDULER_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "SCHEDULEARN_JOB_ID", "SCHEDULEARN_JOB_DIR",
-                           "SCHEDULEARN_RESTART_COUNT", "SCHEDULEARN_NUM_GPUS", "SCHEDULEARN_RESULT_KEY"})
+                           "SCHEDULEARN_RESTART_COUNT", "SCHEDULEARN_NUM_GPUS", "SCHEDULEARN_RESULT_KEY",
+                           "NVIDIA_VISIBLE_DEVICES", "SCHEDULEARN_HOST_GPUS"})
 #: Control characters (Unicode category Cc: C0, DEL and C1), which a one-line text field refuses.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: The longest time limit a job may ask for (a year): a typo such as `--timeout 2000000h` is refused.

@@ -264,6 +264,23 @@ def test_a_plot_without_a_suffix_is_a_png_at_the_name_given(tmp_path):
     assert "simulate: plot written to out" in p.stderr
 
 
+def test_a_script_or_spec_that_is_not_text_is_one_line_naming_it(tmp_path):
+    """`submit --script model.bin` (or a script saved in Latin-1) was a UnicodeDecodeError
+    traceback; a folder given as --spec said `[Errno 21] Is a directory: ...`."""
+    nowhere = ("--url", "http://127.0.0.1:9/")  # the discard port: nothing is sent
+    (tmp_path / "model.bin").write_bytes(b"\xe9\x00\xff")
+    (tmp_path / "latin.json").write_bytes('{"name": "\xe9"}'.encode("latin-1"))
+    cases = [
+        (("--script", "model.bin"), "script: cannot read model.bin (not UTF-8 text: byte 0xe9 at offset 0)"),
+        (("--spec", "latin.json"),
+         "spec: cannot read a JSON object from latin.json (not UTF-8 text: byte 0xe9 at offset 10)"),
+        (("--spec", "."), "spec: cannot read a JSON object from . (Is a directory)"),
+    ]
+    for args, said in cases:
+        p = cli("submit", *nowhere, *args, cwd=tmp_path)
+        assert (p.returncode, p.stderr) == (1, f"schedulearn: {said}\n"), p.stderr
+
+
 def test_a_job_id_that_cannot_be_one_is_refused_before_the_server_is_asked():
     """`logs -1` reached the server and came back as `path: no route .../jobs/-1/logs`."""
     nowhere = ("--url", "http://127.0.0.1:9/")  # the discard port: asking it would fail otherwise

@@ -155,6 +155,13 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_trace)
 
 
+def _not_text(e: Exception) -> str | None:
+    """What a file that is not UTF-8 text is, in words (None for any other error)."""
+    if not isinstance(e, UnicodeDecodeError):
+        return None
+    return f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start:,}"
+
+
 def _job_id(text: str) -> int:
     """A job id argument: an integer >= 1 (`logs -1` was `path: no route .../jobs/-1/logs`)."""
     try:
@@ -187,7 +194,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         try:
             spec = json.loads(args.spec.read_text(encoding="utf-8-sig"))  # (an editor's byte-order mark)
         except (OSError, ValueError) as e:
-            raise ClientError(f"spec: cannot read a JSON object from {args.spec} ({e})") from None
+            why = e.strerror if isinstance(e, OSError) and e.strerror else _not_text(e) or e
+            raise ClientError(f"spec: cannot read a JSON object from {args.spec} ({why})") from None
         if not isinstance(spec, dict):
             raise ClientError(f"spec: expected a JSON object in {args.spec}")
     command = list(args.argv)
@@ -201,9 +209,10 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             raise ClientError(f"script: takes no arguments; got {' '.join(command)!r} after -- "
                               f"(run `-- python {args.script} ARGS` instead, or drop --script)")
         try:
-            spec["script"] = args.script.read_text()
-        except OSError as e:
-            raise ClientError(f"script: cannot read {args.script} ({e.strerror})") from None
+            spec["script"] = args.script.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:  # (a binary, or a script saved in Latin-1)
+            why = e.strerror if isinstance(e, OSError) else _not_text(e)
+            raise ClientError(f"script: cannot read {args.script} ({why})") from None
         spec.pop("command", None)
         spec.setdefault("name", args.script.stem)
     if args.gpus is not None:

@@ -68,6 +68,15 @@ def test_lease_in_one_process(tmp_path: Path, store_url: str):
     assert acquire("sqlite://").held is False  # in memory: private to its process, no lease
 
 
+def test_a_store_spelt_postgres_is_leased_as_postgresql(postgres_fresh_url: str):
+    """`postgres://` (libpq's spelling) opens the store as `postgresql://`; its lease must be the
+    same PostgreSQL lease, or a second scheduler on it would run beside the first."""
+    libpq = "postgres://" + postgres_fresh_url.split("://", 1)[1]
+    with acquire(postgres_fresh_url):
+        with pytest.raises(LeaseError, match="is in use by another scheduler"):
+            acquire(libpq)
+
+
 def test_a_second_serve_refuses_to_start_naming_the_holder(tmp_path: Path, store_url: str):
     first = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=store_url)
     try:

@@ -32,7 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from .sql import StoreError, _normalise, _one_line
+from .sql import StoreError, _one_line, parse_url
 
 #: The advisory lock's key (two int4s): "schedulearn", then the scheduler lease.
 PG_KEY = (0x5C4ED1, 1)
@@ -79,11 +79,7 @@ def me() -> dict[str, Any]:
 def acquire(url: str | None) -> Lease:
     """Take the lease of the store at `url` (as `SqlStore` takes it); `LeaseError` when another
     scheduler holds it, `StoreError` when the store cannot be reached."""
-    full = _normalise(url)
-    try:
-        parsed = sa.make_url(full)
-    except sa.exc.ArgumentError:
-        raise StoreError(f"url: not a SQLAlchemy URL or SQLite path: {url!r}") from None
+    parsed = parse_url(url)  # (postgres:// too: the lease is PostgreSQL's, not none)
     shown = parsed.render_as_string(hide_password=True)
     backend = parsed.get_backend_name()
     if backend == "sqlite":

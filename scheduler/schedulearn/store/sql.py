@@ -65,6 +65,17 @@ def _normalise(url: str | None) -> str:
     return url
 
 
+def parse_url(url: str | None) -> sa.URL:
+    """The store's URL as `SqlStore` and the lease (`lease.acquire`) both read it: a plain path
+    is a SQLite file, `postgres://` (libpq's and Heroku's spelling, which SQLAlchemy dropped in
+    1.4) is `postgresql://`; a one-line `StoreError` where it is no URL."""
+    try:
+        parsed = sa.make_url(_normalise(url))
+    except sa.exc.ArgumentError:
+        raise StoreError(f"store: not a SQLAlchemy URL or SQLite path: {url!r}") from None
+    return parsed.set(drivername="postgresql") if parsed.drivername == "postgres" else parsed
+
+
 def _is_plain(v: Any) -> bool:
     if v is None or isinstance(v, (str, bool, int)):
         return True
@@ -181,13 +192,7 @@ class SqlStore:
     `default_url()`. Opening upgrades the schema to the newest migration."""
 
     def __init__(self, url: str | None = None, *, busy_timeout: float = 10.0):
-        full = _normalise(url)
-        try:
-            parsed = sa.make_url(full)
-        except sa.exc.ArgumentError:
-            raise StoreError(f"store: not a SQLAlchemy URL or SQLite path: {url!r}") from None
-        if parsed.drivername == "postgres":  # libpq's (and Heroku's) spelling, which SQLAlchemy
-            parsed = parsed.set(drivername="postgresql")  # dropped in 1.4
+        parsed = parse_url(url)
         self._sqlite = parsed.get_backend_name() == "sqlite"
         self._memory = False
         kwargs: dict[str, Any] = {}

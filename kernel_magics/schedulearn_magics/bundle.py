@@ -52,8 +52,29 @@ def check_syntax(source: str) -> ast.Module:
         return ast.parse(source, filename=CELL_FILENAME)
     except SyntaxError as e:
         line = (e.text or "").strip()
+        if _is_ipython_syntax(source):
+            hint = "; for a shell command use subprocess.run" if "!" in line else ""
+            raise BundleError(
+                f"cell: line {e.lineno} is IPython syntax ({line}), which a job does not run: "
+                f"the cell runs as plain Python{hint}"
+            ) from None
         where = f"line {e.lineno}" + (f": {line}" if line else "")
         raise BundleError(f"cell: syntax error ({e.msg}) at {where}") from None
+
+
+def _is_ipython_syntax(source: str) -> bool:
+    """True when the cell parses once IPython's own input transforms (`%magic`, `!command`,
+    `x = !command`, `obj?`) have run: the cell is notebook syntax, not a Python mistake."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # pragma: no cover - the magics always run under IPython
+        return False
+    try:
+        transformed = TransformerManager().transform_cell(source)
+        ast.parse(transformed)
+    except (SyntaxError, ValueError):
+        return False
+    return transformed != source
 
 
 def detect_launcher(source: str | ast.Module) -> str:

@@ -53,6 +53,27 @@ def test_syntax_error_is_one_line_with_line_number() -> None:
     assert "line 2" in msg
 
 
+@pytest.mark.parametrize(
+    ("cell", "line"),
+    [
+        ("x = 3\n%time y = x + 1\ny", "line 2 is IPython syntax (%time y = x + 1)"),
+        ("!nvidia-smi\n5", "line 1 is IPython syntax (!nvidia-smi)"),
+        ("files = !ls\nfiles", "line 1 is IPython syntax (files = !ls)"),
+        ("%%time\nx = 1", "line 1 is IPython syntax (%%time)"),
+    ],
+)
+def test_ipython_syntax_is_named_as_such_not_as_a_python_mistake(cell: str, line: str) -> None:
+    """A job runs the cell as plain Python: a magic or a `!` line is refused as what it is."""
+    with pytest.raises(BundleError) as e:
+        bundle.build_script(cell)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"cell: {line}, which a job does not run")
+    assert ("subprocess.run" in msg) == ("!" in cell)
+    with pytest.raises(BundleError, match=r"^cell: syntax error"):
+        bundle.build_script("%time y = 1\nz = (y +\n")  # not Python even once transformed
+
+
 def run_script(script: str, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "main.py").write_text(script)

@@ -269,6 +269,7 @@ def build_script(
         f"        vars_b64={_b64(variables)!r},\n"
         f"        result_file={RESULT_FILE!r},\n"
         '        write_result=_SCHEDULEARN_RUN["write_result"],\n'
+        '        after_import=_SCHEDULEARN_RUN["after_import"],\n'
         "    )\n"
     )
     size = len(script.encode())

@@ -11,7 +11,14 @@ ends) does, in the job's `main.py`:
    expression, is evaluated and kept; an exception prints the cell's part of its traceback and
    ends the job with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
    N, and `sys.exit()` / `sys.exit(0)` succeeds with the value None;
-4. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
+4. functions and classes the cell defines reach the processes it starts with `spawn` or
+   `forkserver` (`torch.multiprocessing.spawn`, a `DataLoader` or `Pool` of such a context):
+   those processes import the job's script as `__mp_main__`, which does not run the cell, so
+   pickling `__main__.fn` by name failed there (`Can't get attribute 'fn' on <module
+   '__mp_main__'>`; a `Pool` then restarted its workers for ever). Once the cell has started
+   such a process, `multiprocessing` pickles them by value (cloudpickle), as `--vars` carries
+   them (`share_definitions`); with `fork` alone nothing changes: the children have them;
+5. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
    cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
    (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
 
@@ -27,6 +34,7 @@ import base64
 import linecache
 import os
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -45,9 +53,13 @@ def rank() -> int:
 
 def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None, vars_b64: str | None = None,
              result_file: str = "result.pkl",
-             write_result: Callable[[bytes, str], None] | None = None) -> None:
-    """Run `cell` in `namespace` (the script's globals) as described above."""
+             write_result: Callable[[bytes, str], None] | None = None,
+             after_import: Callable[[str, Callable[[Any], None]], None] | None = None) -> None:
+    """Run `cell` in `namespace` (the script's globals) as described above; `after_import`
+    is `schedulearn.run.after_import` (how `share_definitions` waits for `multiprocessing`)."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
+    if after_import is not None:
+        after_import("multiprocessing.spawn", share_definitions)
     sys.path.insert(0, os.getcwd())  # as in the notebook: its folder's modules import
     if files_b64:
         unpack(base64.b64decode(files_b64), os.getcwd())
@@ -75,6 +87,40 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
         write_result(dumps(value), os.path.join(job_dir, result_file))
+
+
+def share_definitions(spawn: Any) -> None:
+    """Once a process is started with `spawn` or `forkserver` (both ask
+    `multiprocessing.spawn.get_preparation_data` for what the child needs), pickle the
+    functions and classes defined in `__main__` (the cell's, and those `--vars` brought) by value
+    wherever `multiprocessing` pickles: the process object (its target, a `DataLoader`'s
+    dataset) and what goes through its queues (a `Pool`'s tasks). Only after such a start: with
+    `fork` the children have them already, and by value would copy what they reference (a large
+    array) into every task. Without cloudpickle in the job's environment, nothing changes."""
+    try:
+        from multiprocessing import reduction
+
+        import cloudpickle
+    except ImportError:
+        return
+    if getattr(spawn.get_preparation_data, "schedulearn_shares", False):
+        return
+    started = []
+    original = spawn.get_preparation_data
+
+    def get_preparation_data(name: str) -> Any:
+        started.append(True)
+        return original(name)
+
+    def reducer_override(self: Any, obj: Any) -> Any:
+        if (started and isinstance(obj, (type, types.FunctionType))
+                and getattr(obj, "__module__", None) == "__main__"):
+            return cloudpickle.loads, (cloudpickle.dumps(obj),)
+        return NotImplemented
+
+    get_preparation_data.schedulearn_shares = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
+    reduction.ForkingPickler.reducer_override = reducer_override
 
 
 def unpack(data: bytes, dest: str) -> None:

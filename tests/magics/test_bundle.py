@@ -106,6 +106,75 @@ def test_runner_loads_vars_files_and_saves_last_expression(tmp_path: Path) -> No
     assert value == {"value": 55, "name": "__main__"}
 
 
+SPAWNED_POOL_CELL = """
+import multiprocessing as mp
+k = 10
+def times_k(x):
+    return x * k
+class Box:
+    def __init__(self, v):
+        self.v = v
+def unbox(b):
+    return b.v + 1
+with mp.get_context("{method}").Pool(2) as pool:
+    out = pool.map(times_k, range(4)), pool.map(unbox, [Box(1), Box(2)])
+out
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_processes_the_cell_starts_by_spawn_or_forkserver_get_its_functions_and_classes(
+        tmp_path: Path, method: str) -> None:
+    """Such a child imports the script as `__mp_main__`, which does not run the cell: pickled by
+    name, `times_k` was not found there and the Pool restarted its workers for ever."""
+    proc = run_script(bundle.build_script(SPAWNED_POOL_CELL.format(method=method)), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Can't get attribute" not in proc.stderr
+    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    assert value == ([0, 10, 20, 30], [2, 3])
+
+
+def test_torch_spawn_and_a_spawned_data_loader_run_what_the_cell_defines(tmp_path: Path) -> None:
+    """The PyTorch DDP tutorial's `mp.spawn(fn, nprocs=2)`, and a DataLoader whose workers
+    start by spawn, with the function and the Dataset class defined in the cell."""
+    cell = (
+        "import os, torch, torch.multiprocessing as tmp\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "def work(rank, out):\n"
+        "    open(os.path.join(out, f'rank{rank}'), 'w').write(str(rank * 7))\n"
+        "class Squares(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 6\n"
+        "    def __getitem__(self, i):\n"
+        "        return torch.tensor(i * i)\n"
+        "tmp.spawn(work, args=(os.getcwd(),), nprocs=2, join=True)\n"
+        "loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context='spawn')\n"
+        "[open(f'rank{r}').read() for r in range(2)], sorted(int(x) for b in loader for x in b)\n"
+    )
+    proc = run_script(bundle.build_script(cell), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    assert value == (["0", "7"], [0, 1, 4, 9, 16, 25])
+
+
+def test_a_fork_pool_still_finds_the_cells_functions_by_name(tmp_path: Path) -> None:
+    """With `fork` alone nothing is pickled by value: a function that reads a global no pickle
+    can copy (a lock) works in a fork Pool as in a script."""
+    cell = (
+        "import multiprocessing as mp, threading\n"
+        "lock = threading.Lock()\n"
+        "def locked(x):\n"
+        "    with lock:\n"
+        "        return -x\n"
+        "with mp.get_context('fork').Pool(2) as pool:\n"
+        "    out = pool.map(locked, range(3))\n"
+        "out\n"
+    )
+    proc = run_script(bundle.build_script(cell), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes()) == [0, -1, -2]
+
+
 def test_only_rank_zero_writes_the_result(tmp_path: Path) -> None:
     script = bundle.build_script("41 + 1")
     proc = run_script(script, tmp_path / "r1", {"RANK": "1"})

@@ -105,12 +105,25 @@ def poll_job(handle: JobHandle, view: JobView, answered: Callable[[], None] | No
             position = None
     logs = None
     if job.get("start_time") is not None or job["state"] != "queued":
-        try:
-            logs = handle.new_logs(view.log_behind)
-        except Exception:
-            logs = None
+        logs = _new_logs(handle, view, to_the_end=job["state"] in FINAL_STATES)
     view.update(job, position, logs)
     return job
+
+
+def _new_logs(handle: JobHandle, view: JobView, to_the_end: bool) -> str | None:
+    """What the log gained (a few pages a call); `to_the_end` (the job has ended, read before
+    its log: nothing it wrote is missed): all of it, or the view would end the cell without the
+    log's last lines (a traceback, the final loss) of a job that wrote fast at its end."""
+    parts: list[str] = []
+    while True:
+        try:
+            more = handle.new_logs(view.log_behind)
+        except Exception:
+            break
+        parts.append(more)
+        if not (more and to_the_end):
+            break
+    return "".join(parts) if parts else None
 
 
 def reconnecting(view: JobView) -> Reconnecting:

@@ -288,6 +288,24 @@ def test_the_text_view_prints_the_log_once_as_it_comes(shell: InteractiveShell, 
     assert handle.new_logs() == log and handle.new_logs() == ""  # only what is new each time
 
 
+def test_the_text_view_shows_the_end_of_a_log_written_fast_at_the_end(
+        shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture) -> None:
+    """A job that writes more at its end than one poll reads (a few pages): the cell showed the
+    log up to where the last poll stopped and ended there, without the log's last lines."""
+    body = ("import sys, time\n"
+            "time.sleep(1)\n"  # the polls slow down to one each 0.5 s
+            "for i in range(3):\n"
+            "    sys.stdout.write(f'block {i} ' + ('x' * 99 + '\\n') * 100_000)\n"  # 30 MB at once
+            "print('the end')\n")
+    r = cell(shell, "", body)
+    assert r.success, r.error_in_exec
+    shown = capsys.readouterr().out
+    job = client.jobs()[-1]
+    assert shown.count("block 2 ") == 1 and shown.count("the end\n") == 1
+    assert shown.rstrip("\n").endswith(views.status_line(job))
+    assert client.logs(job["id"]) in shown.replace("\n" + views.status_line(job) + "\n", "\n")
+
+
 @pytest.mark.parametrize(
     ("line", "body", "message"),
     [

@@ -47,19 +47,39 @@ class BundleError(ValueError):
 
 # --- checks ---------------------------------------------------------------------------------
 def check_syntax(source: str) -> ast.Module:
-    """Parse the cell; a syntax error becomes one line with the cell's line number."""
+    """Parse and compile the cell as the job will (`cell_runner.compile_cell`: what only the
+    compiler finds, `return` or `break` outside their place, counts too); a syntax error becomes
+    one line with the cell's line number."""
     try:
-        return ast.parse(source, filename=CELL_FILENAME)
+        tree = ast.parse(source, filename=CELL_FILENAME)
     except SyntaxError as e:
-        line = (e.text or "").strip()
+        line = _line(e, source)
         if _is_ipython_syntax(source):
             hint = "; for a shell command use subprocess.run" if "!" in line else ""
             raise BundleError(
                 f"cell: line {e.lineno} is IPython syntax ({line}), which a job does not run: "
                 f"the cell runs as plain Python{hint}"
             ) from None
-        where = f"line {e.lineno}" + (f": {line}" if line else "")
-        raise BundleError(f"cell: syntax error ({e.msg}) at {where}") from None
+        raise _syntax_error(e, source) from None
+    try:
+        cell_runner.compile_cell(tree)
+    except SyntaxError as e:
+        raise _syntax_error(e, source) from None
+    return tree
+
+
+def _line(e: SyntaxError, source: str) -> str:
+    """The line of the cell `e` points at (a compiler's error from a syntax tree has no text)."""
+    if e.text:
+        return e.text.strip()
+    lines = source.splitlines()
+    return lines[e.lineno - 1].strip() if e.lineno and 0 < e.lineno <= len(lines) else ""
+
+
+def _syntax_error(e: SyntaxError, source: str) -> BundleError:
+    line = _line(e, source)
+    where = f"line {e.lineno}" + (f": {line}" if line else "")
+    return BundleError(f"cell: syntax error ({e.msg}) at {where}")
 
 
 def _is_ipython_syntax(source: str) -> bool:
@@ -74,7 +94,7 @@ def _is_ipython_syntax(source: str) -> bool:
         ast.parse(transformed)
     except (SyntaxError, ValueError):
         return False
-    return transformed != source
+    return transformed.rstrip() != source.rstrip()
 
 
 def detect_launcher(source: str | ast.Module) -> str:

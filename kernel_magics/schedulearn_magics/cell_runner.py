@@ -8,8 +8,9 @@ ends) does, in the job's `main.py`:
    (once per job directory, under a file lock, because every rank runs the same script);
 2. loads the `--vars` into the script's globals;
 3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
-   expression, is evaluated and kept; an exception prints the cell's part of its traceback and
-   ends the job with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
+   expression, is evaluated and kept; a top-level `await` runs the cell in an event loop (as
+   IPython's autoawait); an exception prints the cell's part of its traceback and ends the job
+   with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
    N, and `sys.exit()` / `sys.exit(0)` succeeds with the value None;
 4. functions and classes the cell defines reach the processes it starts with `spawn` or
    `forkserver` (`torch.multiprocessing.spawn`, a `DataLoader` or `Pool` of such a context):
@@ -71,8 +72,14 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     try:
-        exec(compile(tree, CELL_FILENAME, "exec"), namespace)
-        value = eval(compile(last, CELL_FILENAME, "eval"), namespace) if last is not None else None
+        body, tail = compile_cell(tree), compile_cell(last) if last is not None else None
+        if any(code is not None and code.co_flags & _CO_COROUTINE for code in (body, tail)):
+            import asyncio
+
+            value = asyncio.run(_run_async(body, tail, namespace))
+        else:
+            exec(body, namespace)
+            value = eval(tail, namespace) if tail is not None else None
     except SystemExit as e:  # the cell ended the job: `sys.exit(0)` succeeds with no value, as in IPython
         if (e.code is None or e.code == 0) and rank() == 0 and write_result is not None:
             write_result(dumps(None), os.path.join(job_dir, result_file))  # (else: "no result" for a success)
@@ -87,6 +94,29 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
         write_result(dumps(value), os.path.join(job_dir, result_file))
+
+
+#: `inspect.CO_COROUTINE` (inspect itself is a large import): the code has a top-level `await`.
+_CO_COROUTINE = 0x0080
+
+
+def compile_cell(tree: ast.Module | ast.Expression) -> types.CodeType:
+    """The cell's code (`exec` for a module, `eval` for its last expression) as IPython compiles
+    it: a top-level `await` allowed, and none of this module's `__future__` imports (its
+    `annotations` would have turned the cell's annotations into strings)."""
+    mode = "eval" if isinstance(tree, ast.Expression) else "exec"
+    return compile(tree, CELL_FILENAME, mode, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+async def _run_async(body: types.CodeType, tail: types.CodeType | None, namespace: dict[str, Any]) -> Any:
+    """Run a cell with a top-level `await` in one event loop, as IPython does (`asyncio.run`)."""
+    done = eval(body, namespace)
+    if body.co_flags & _CO_COROUTINE:
+        await done
+    if tail is None:
+        return None
+    value = eval(tail, namespace)
+    return (await value) if tail.co_flags & _CO_COROUTINE else value
 
 
 def share_definitions(spawn: Any) -> None:

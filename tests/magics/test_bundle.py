@@ -74,6 +74,22 @@ def test_ipython_syntax_is_named_as_such_not_as_a_python_mistake(cell: str, line
         bundle.build_script("%time y = 1\nz = (y +\n")  # not Python even once transformed
 
 
+@pytest.mark.parametrize(
+    ("cell", "message"),
+    [
+        ("x = 1\nreturn x", "cell: syntax error ('return' outside function) at line 2: return x"),
+        ("for i in []:\n    pass\nbreak", "cell: syntax error ('break' outside loop) at line 3: break"),
+        ("def f(a, a):\n    pass", "cell: syntax error (duplicate argument 'a' in function definition) at "
+         "line 1"),
+    ],
+)
+def test_what_only_the_compiler_finds_is_refused_before_submitting(cell: str, message: str) -> None:
+    """These parse, and failed only in the job, perhaps hours later once its turn came."""
+    with pytest.raises(BundleError) as e:
+        bundle.build_script(cell)
+    assert str(e.value).startswith(message)
+
+
 def run_script(script: str, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "main.py").write_text(script)
@@ -104,6 +120,32 @@ def test_runner_loads_vars_files_and_saves_last_expression(tmp_path: Path) -> No
     assert "files alpha beta" in proc.stdout
     value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
     assert value == {"value": 55, "name": "__main__"}
+
+
+def test_a_cell_runs_as_ipython_runs_it_top_level_await_and_real_annotations(tmp_path: Path) -> None:
+    """IPython runs a cell with a top-level `await` (autoawait): the job did not ('await'
+    outside function, once the job's turn came). The cell's annotations are the objects, as in
+    the notebook, not strings (the runner's own `from __future__ import annotations` leaked in)."""
+    cell = (
+        "import asyncio\n"
+        "async def twice(x: int) -> int:\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    return 2 * x\n"
+        "first = await twice(3)\n"
+        "first, await twice(first), twice.__annotations__\n"
+    )
+    proc = run_script(bundle.build_script(cell), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr
+    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    assert value == (6, 12, {"x": int, "return": int})
+    proc = run_script(bundle.build_script("import asyncio\nasyncio.run(asyncio.sleep(0, 'plain'))"),
+                      tmp_path / "job2")  # no top-level await: no event loop around the cell
+    assert proc.returncode == 0, proc.stderr
+    assert pickle.loads((tmp_path / "job2" / bundle.RESULT_FILE).read_bytes()) == "plain"
+    proc = run_script(bundle.build_script("import asyncio\nawait asyncio.sleep(0)\nraise ValueError('late')"),
+                      tmp_path / "job3")
+    assert proc.returncode == 1 and "ValueError: late" in proc.stderr
+    assert 'File "<schedulearn-cell>", line 3' in proc.stderr
 
 
 SPAWNED_POOL_CELL = """

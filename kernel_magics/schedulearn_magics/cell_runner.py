@@ -55,9 +55,12 @@ def rank() -> int:
 def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None, vars_b64: str | None = None,
              result_file: str = "result.pkl",
              write_result: Callable[[bytes, str], None] | None = None,
-             after_import: Callable[[str, Callable[[Any], None]], None] | None = None) -> None:
+             after_import: Callable[[str, Callable[[Any], None]], None] | None = None,
+             keep_value: bool = True) -> None:
     """Run `cell` in `namespace` (the script's globals) as described above; `after_import`
-    is `schedulearn.run.after_import` (how `share_definitions` waits for `multiprocessing`)."""
+    is `schedulearn.run.after_import` (how `share_definitions` waits for `multiprocessing`);
+    `keep_value=False`: the result is None whatever the last expression's value (the cell ended
+    with `;`)."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
     if after_import is not None:
         after_import("multiprocessing.spawn", share_definitions)
@@ -93,7 +96,7 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
-        write_result(dumps(value), os.path.join(job_dir, result_file))
+        write_result(dumps(value if keep_value else None), os.path.join(job_dir, result_file))
 
 
 #: `inspect.CO_COROUTINE` (inspect itself is a large import): the code has a top-level `await`.

@@ -170,7 +170,7 @@ class SchedulearnMagics(Magics):
             return self._no_wait(handle, args.out)
         view = self._view(handle)
         job = self._follow(handle, view, self._interrupted)
-        return self._finish(handle, job, view, args.out)
+        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell))
 
     def _follow(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
         """Block until the job ends, showing it in `view`; an interrupt ends the wait with
@@ -205,7 +205,8 @@ class SchedulearnMagics(Magics):
             bundle.check_names(cell, self.shell.user_ns, names, hidden, tree)
             variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
             files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
-            script = bundle.build_script(cell, files, variables, self.max_bundle_bytes)
+            keep_value = args.out is not None or not bundle.ends_quietly(cell)  # `;`: not wanted
+            script = bundle.build_script(cell, files, variables, self.max_bundle_bytes, keep_value)
         except bundle.BundleError as e:
             raise UsageError(str(e)) from None
         spec: dict[str, Any] = {
@@ -322,7 +323,7 @@ class SchedulearnMagics(Magics):
         handle = self._submit(args, cell)
         view = self._view(handle)
         job = await self._await(handle, view, self._interrupted)
-        return self._finish(handle, job, view, args.out)
+        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell))
 
     async def _await(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
         """`_follow` on the event loop (the kernel's interrupt cancels the task)."""
@@ -364,7 +365,10 @@ class SchedulearnMagics(Magics):
             follow_in_background(handle, view, poll=0.5)
         return JobInterrupted(handle.id, "cancelled by you")
 
-    def _finish(self, handle: JobHandle, job: dict[str, Any], view: JobView, out: str | None) -> Any:
+    def _finish(self, handle: JobHandle, job: dict[str, Any], view: JobView, out: str | None,
+                quiet: bool = False) -> Any:
+        """The cell's value: the job's result (also stored in `out`); None when the cell ends
+        with `;` (IPython's own check reads the magic's call, not the cell, so it showed it)."""
         if job["state"] != "succeeded":
             tail = ""
             # the log is on screen already unless a widget showed none of it
@@ -377,7 +381,7 @@ class SchedulearnMagics(Magics):
         value = self._call(handle.result)
         if out:
             self.shell.user_ns[out] = value
-        return value
+        return None if quiet else value
 
     # -- %schedulearn ---------------------------------------------------------------------------
     @line_magic("schedulearn")

@@ -45,6 +45,22 @@ def test_python_job_value_is_the_cell_value_and_out(shell: InteractiveShell, cli
     assert "pid " in client.logs(job["id"])
 
 
+def test_a_cell_ending_with_a_semicolon_sends_back_no_value_unless_out_asks(
+        shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture) -> None:
+    """`trainer.fit(model);` says the value is not wanted, as in IPython: the job neither
+    pickles nor sends it (a value that cannot be pickled failed the job after its training), and
+    the cell shows nothing (IPython's own check reads the magic's call, which has no `;`)."""
+    r = cell(shell, "", "def fit():\n    return (i for i in range(3))  # no pickle takes it\nfit();  # quiet")
+    assert r.success, r.error_in_exec
+    assert r.result is None
+    assert client.jobs()[-1]["state"] == "succeeded"
+    assert "Out[" not in capsys.readouterr().out
+    r = cell(shell, "-o kept", "41 + 1;")
+    assert r.success and r.result is None and shell.user_ns["kept"] == 42  # stored, not shown
+    r = cell(shell, "", "x = 'a;'\nx")
+    assert r.result == "a;"  # a `;` in a string is not the cell's end
+
+
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:
     r = cell(shell, "--no-wait -o h", "import time\nprint('working', flush=True)\ntime.sleep(1.5)\n'done'")
     assert r.success, r.error_in_exec

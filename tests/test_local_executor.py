@@ -643,6 +643,11 @@ def test_command_check_and_exit_code_wrapper(tmp_path):
     with pytest.raises(ExecutorError, match="command: 'nope-xyz' not found on PATH"):
         check_command(["nope-xyz"], os.environ["PATH"], tmp_path)
     check_command(["sh"], os.environ["PATH"], tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")  # a script named as a command: say how to run it
+    with pytest.raises(ExecutorError) as e:
+        check_command(["train.py", "--lr", "0.1"], os.environ["PATH"], tmp_path)
+    assert str(e.value) == (f"command: 'train.py' not found on PATH (train.py is a Python script in "
+                            f"{tmp_path}: run `-- python train.py ...`, or --script train.py)")
     for python in (sys.executable, None):  # None: the /bin/sh wrapper (an account that cannot run it)
         code = subprocess.run(wrap_exit_code(["sh", "-c", "exit 7"], tmp_path / "rc", python)).returncode
         assert code == 7 and (tmp_path / "rc").read_text().strip() == "7"

@@ -211,7 +211,10 @@ def check_command(argv: list[str], path: str, cwd: Path) -> None:
             raise ExecutorError(f"command: {prog!r} does not exist (relative to {cwd})")
         return
     if shutil.which(prog, path=path) is None:
-        raise ExecutorError(f"command: {prog!r} not found on PATH")
+        hint = ""
+        if prog.endswith(".py") and (cwd / prog).is_file():  # `submit -- train.py`
+            hint = f" ({prog} is a Python script in {cwd}: run `-- python {prog} ...`, or --script {prog})"
+        raise ExecutorError(f"command: {prog!r} not found on PATH{hint}")
 
 
 def job_env(job_id: int, job_dir: Path | str, restart_count: int, num_gpus: int,

@@ -284,11 +284,19 @@ class _SchedulearnApp(ExtensionApp):
                 )
                 if note := service.no_gpus_note():  # every submission would be refused
                     self.log.warning("schedulearn: %s", note)
+                service.lease_lost.append(self._lease_lost)
                 manager = service
         self.manager = manager
         self.settings["schedulearn_manager"] = manager
         manager.start(_loop(self.serverapp))
         self._write_runtime_file()
+
+    def _lease_lost(self, reason: str) -> None:
+        """The scheduler stopped: another one holds the store's lease now (see
+        `SchedulerService._keep_lease`). Jupyter runs on; the API answers 503 with the reason."""
+        self.manager = Unavailable(f"{reason} (restart this server once the other scheduler has stopped)")
+        self.settings["schedulearn_manager"] = self.manager
+        self.serverapp.web_app.settings["schedulearn_manager"] = self.manager  # (a copy at start)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(make_handlers())

@@ -502,6 +502,8 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
         await manager.stop()  # gives the store's lease back
         raise
     stop = stop or asyncio.Event()
+    lost: list[str] = []  # the store's lease, lost to another scheduler: this server ends
+    manager.lease_lost.append(lambda reason: (lost.append(reason), stop.set()))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -533,6 +535,12 @@ async def serve(settings: Settings, tokens: dict[str, str], host: str, port: int
     finally:
         server.stop()
         await manager.stop()
+    if lost:
+        raise LeaseLost(lost[0])
+
+
+class LeaseLost(Exception):
+    """The store's lease went to another scheduler while this server ran (`serve` exits 1)."""
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -569,6 +577,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         reload = (lambda: load_tokens(args)) if args.tokens is not None else None
         asyncio.run(serve(settings, tokens, args.host, args.port, args.base_url, ready=ready, reload=reload))
+    except LeaseLost as e:
+        print(f"schedulearn serve: {e}", file=sys.stderr)
+        return 1
     except (SpecError, StoreError) as e:
         print(f"schedulearn serve: {e}", file=sys.stderr)
         return 2

@@ -12,11 +12,15 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from schedulearn.client import Client, ClientError
-from schedulearn.store.lease import LeaseError, acquire, lock_path
+from schedulearn.store import StoreError
+from schedulearn.store.lease import PG_KEY, LeaseError, _app_name, _pg_holder_row, acquire, lock_path
+from sqlalchemy.pool import NullPool
 
 from tests.fixtures.jupyter import ROOT, LiveServer, free_port
 from tests.test_server_live import Serve, alive, wait_for
@@ -184,3 +188,174 @@ def _no_scheduler(jupyter: LiveServer, reason: str) -> list[str]:
     assert len(refused) == 1 and "no scheduler in this server" in refused[0], out
     assert "Traceback" not in out, out
     return said
+
+
+# -- a PostgreSQL lease ends with its session: renewed, or given up --------------------------------
+def _terminate_sessions(url: str, where: str, params: dict) -> int:
+    """End the database sessions `where` picks (as a database restart or a dropped connection
+    would end them); how many."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(sa.text(f"SELECT pid FROM pg_stat_activity WHERE {where}"), params)
+            pids = [r[0] for r in found]
+            for pid in pids:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            return len(pids)
+    finally:
+        engine.dispose()
+
+
+HOLD = ("import sys, time; from schedulearn.store.lease import acquire\n"
+        "lease = acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)\n")
+
+
+def hold_in_another_process(url: str) -> subprocess.Popen:
+    """Another scheduler's lease: a process that takes it and keeps it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, url], stdout=subprocess.PIPE, text=True, env=ENV)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_postgresql_lease_that_ended_with_its_session_is_taken_again_or_given_up(postgres_fresh_url: str):
+    """The advisory lock lives as long as its session: `renew` finds the session gone and takes
+    the lock again; where another scheduler took it meanwhile, `LeaseError` names that one."""
+    lease = acquire(postgres_fresh_url)
+    try:
+        assert lease.renewable and lease.renew() is False  # its session lives: nothing to do
+        own = {"p": lease.connection.execute(sa.text("SELECT pg_backend_pid()")).scalar()}
+        assert _terminate_sessions(postgres_fresh_url, "pid = :p", own) == 1
+        with acquire(postgres_fresh_url):  # the lease went with the session: anyone could take it
+            pass
+        assert lease.renew() is True  # taken again on a new session
+        with pytest.raises(LeaseError):
+            acquire(postgres_fresh_url)
+        own = {"p": lease.connection.execute(sa.text("SELECT pg_backend_pid()")).scalar()}
+        _terminate_sessions(postgres_fresh_url, "pid = :p", own)
+        # Its old session, not seen ended yet by the database (a dropped network), still holds
+        # the lock: that keeps others out, and is not another scheduler's.
+        ghost = sa.create_engine(postgres_fresh_url, poolclass=NullPool,
+                                 connect_args={"application_name": _app_name(lease.holder)})
+        with ghost.connect() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:a, :b)"), {"a": PG_KEY[0], "b": PG_KEY[1]})
+            with pytest.raises(StoreError, match="still held by this server's previous session"):
+                lease.renew()
+        ghost.dispose()
+        assert lease.renew() is True
+        own = {"p": lease.connection.execute(sa.text("SELECT pg_backend_pid()")).scalar()}
+        _terminate_sessions(postgres_fresh_url, "pid = :p", own)
+        other = hold_in_another_process(postgres_fresh_url)
+        try:
+            with pytest.raises(LeaseError) as e:
+                lease.renew()
+            said = str(e.value)
+            assert f"schedulearn {other.pid}@" in said and "in use by another scheduler" in said
+        finally:
+            other.kill()
+            other.wait(10)
+    finally:
+        lease.release()
+    assert acquire("sqlite://").renewable is False
+
+
+def test_a_serve_whose_lease_ended_takes_it_again_or_stops_when_another_took_it(tmp_path: Path,
+                                                                             postgres_fresh_url: str):
+    """A database restart (here: its session ended by `pg_terminate_backend`) ended the lease
+    and the server went on without it: a second scheduler could start on the store beside it,
+    and both would start the same jobs. Now the server takes it again within seconds; where
+    another scheduler took it first, the server stops scheduling and exits, in one line, and its
+    running job runs on."""
+    url = postgres_fresh_url
+    first = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=url)
+    mine = "application_name LIKE :n"
+    name = {"n": f"schedulearn {first.proc.pid}@%"}
+    try:
+        assert _terminate_sessions(url, mine, name) == 1  # the lease's session (the store's are not named)
+
+        def holder() -> str:  # (looked up, not probed by taking it: a probe is another scheduler)
+            engine = sa.create_engine(url, poolclass=NullPool)
+            try:
+                with engine.connect() as conn:
+                    row = _pg_holder_row(conn)
+            finally:
+                engine.dispose()
+            return row[0] if row else ""
+        wait_for(lambda: holder().startswith(f"schedulearn {first.proc.pid}@"), timeout=30,
+                 what="the server to take its lease again")
+        c = Client(first.url, "t")
+        job = c.submit({"command": SLEEP})
+        wait_for(lambda: c.job(job["id"])["state"] == "running", what="the job to start")
+        pid = int(json.loads((tmp_path / "first" / "jobs" / str(job["id"]) / "pid").read_text())["pid"])
+        other = None
+        while other is None:  # (the server may take it again first: then once more)
+            _terminate_sessions(url, mine, name)
+            try:
+                other = acquire(url)
+            except LeaseError:
+                time.sleep(0.1)
+        try:
+            assert first.proc.wait(30) == 1
+            said = (tmp_path / "first" / "serve.log").read_text().strip().splitlines()
+            last = said[-1]
+            assert last.startswith("schedulearn serve: store: ") and "in use by another scheduler" in last
+            assert last.endswith("this server lost the lease when its database session ended, and "
+                                 "stopped scheduling (its jobs run on under the other scheduler)")
+            assert "Traceback" not in "\n".join(said)
+            assert alive(pid), "the job runs on"
+        finally:
+            other.release()
+        nxt = Serve(tmp_path / "first", "--token", "t", "--virtual-gpus", "1", "--tick", "0.2", store=url)
+        try:
+            c = Client(nxt.url, "t")
+            assert c.job(job["id"])["state"] == "running"  # taken up by the next scheduler
+            c.cancel(job["id"])
+            wait_for(lambda: c.job(job["id"])["state"] == "cancelled", what="the job to stop")
+        finally:
+            nxt.stop()
+    finally:
+        first.stop()
+
+
+def test_a_jupyter_server_whose_lease_went_to_another_scheduler_stops_scheduling(tmp_path: Path,
+                                                                               postgres_fresh_url: str):
+    """Jupyter runs on (notebooks are still useful); its scheduler stops, and the API answers
+    503 with the reason and what to do, as when the store was in use at its start."""
+    url = postgres_fresh_url
+    jupyter = LiveServer(tmp_path / "jupyter", {"store_url": url, "virtual_gpus": 1,
+                                                "job_root": str(tmp_path / "jjobs"), "tick": 0.2})
+    jupyter.start()
+    other = None
+    try:
+        c = Client(jupyter.url, jupyter.token)
+        assert c.jobs() == []
+        name = {"n": f"schedulearn {jupyter.proc.pid}@%"}
+        while other is None:
+            assert _terminate_sessions(url, "application_name LIKE :n", name) <= 1
+            try:
+                other = acquire(url)
+            except LeaseError:
+                time.sleep(0.1)
+
+        def refused() -> str | None:
+            try:
+                c.jobs()
+                return None
+            except ClientError as e:
+                return str(e) if e.status == 503 else None
+        said = wait_for(refused, timeout=30, what="the scheduler API to answer 503")
+        assert "in use by another scheduler" in said and "stopped scheduling" in said
+        assert said.endswith("(restart this server once the other scheduler has stopped) (HTTP 503)"), said
+        with pytest.raises(ClientError) as e:
+            c.submit({"command": ["true"]})
+        assert e.value.status == 503
+        status = urllib.request.Request(jupyter.url + "api/status",
+                                        headers={"Authorization": f"token {jupyter.token}"})
+        with urllib.request.urlopen(status, timeout=10) as answer:  # Jupyter itself answers
+            assert answer.status == 200
+    finally:
+        jupyter.stop()
+        if other is not None:
+            other.release()
+    out = jupyter.output()
+    assert len([ln for ln in out.splitlines() if "stopped scheduling" in ln]) == 1, out
+    assert "Traceback" not in out, out

@@ -82,6 +82,8 @@ def store_failure(e: BaseException) -> bool:
 # -- settings -------------------------------------------------------------------------------------
 #: `restart_cost`'s default: seconds a checkpoint-restart costs (Pollux's figure)
 RESTART_COST = 30.0
+#: Seconds between checks that the store's lease is still this server's (`Lease.renew`).
+LEASE_CHECK_S = 5.0
 
 
 def check_restart_cost(value: Any) -> float:
@@ -265,6 +267,9 @@ class SchedulerService:
         self._json_cache: dict[tuple[int, bool], tuple[tuple, str]] = {}  # (job id, private) -> (key, JSON)
         self._kept: set[int] = set()  # ended jobs whose directory the sweep leaves: none, or not removable
         self.started = False
+        #: called with the reason once this server has lost the store's lease to another
+        #: scheduler and stopped (`_keep_lease`): `serve` exits, Jupyter answers 503
+        self.lease_lost: list[Any] = []
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -281,6 +286,53 @@ class SchedulerService:
             self._tasks.append(loop.create_task(self._refresh_inventory(), name="schedulearn-inventory"))
         if self.settings.keep_job_dirs is not None and not registry.get(self.settings.executor).simulated:
             self._tasks.append(loop.create_task(self._expire_job_dirs(), name="schedulearn-job-dirs"))
+        if self.lease is not None and self.lease.renewable:
+            self._tasks.append(loop.create_task(self._keep_lease(), name="schedulearn-lease"))
+
+    async def _keep_lease(self) -> None:
+        """Check the store's lease every `LEASE_CHECK_S`: a PostgreSQL lock ends with its session
+        (a database restart, a dropped connection) while this server goes on, and a second
+        scheduler could then start on the store beside it. Taken again where it can be; where
+        another scheduler has it now, this one stops (`_lose_lease`)."""
+        from .store import StoreError
+        from .store.lease import LeaseError
+
+        unsure = False
+        while True:
+            await asyncio.sleep(LEASE_CHECK_S)
+            try:
+                retaken = await asyncio.to_thread(self.lease.renew)
+            except LeaseError as e:
+                await self._lose_lease(str(e))
+                return
+            except StoreError as e:
+                if not unsure:
+                    log.warning("schedulearn: cannot check the store's scheduler lease: %s", e)
+                unsure = True
+                continue
+            if retaken:
+                log.warning("schedulearn: the store's scheduler lease ended with its database session "
+                            "(a database restart or a dropped connection); taken again")
+            elif unsure:
+                log.info("schedulearn: the store's scheduler lease is this server's")
+            unsure = False
+
+    async def _lose_lease(self, why: str) -> None:
+        """Another scheduler holds the store's lease now: stop scheduling (no round, no store
+        write; its jobs run on, and the other scheduler takes them up as at any server's
+        start), and tell `lease_lost`."""
+        reason = (f"{why}; this server lost the lease when its database session ended, and stopped "
+                  "scheduling (its jobs run on under the other scheduler)")
+        log.error("schedulearn: %s", reason)
+        self.unavailable = reason
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(asyncio.current_task())  # (stop() awaits the others)
+        await self.stop()
+        for listener in self.lease_lost:
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("schedulearn: a listener of the lost lease failed")
 
     async def _run_engine(self) -> None:
         while not self.engine.closed:

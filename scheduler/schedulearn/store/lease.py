@@ -12,9 +12,13 @@ names the holder.
   (`pg_stat_activity` shows it to every role).
 
 Either is released on exit, and freed by the kernel or the database server when the holder
-dies, `kill -9` included: the next server takes over. Jobs that outlive their server do not hold
-it (the lock file is opened close-on-exec and executors close inherited descriptors). An
-in-memory SQLite store needs no lease; other databases get none.
+dies, `kill -9` included: the next server takes over. A PostgreSQL lock lives as long as its
+session: a database restart or a dropped connection ends it, and with it the lease, while the
+server goes on. So the holder checks its session every few seconds (`Lease.renew`, from
+`SchedulerService`): it takes the lock again on a new session where it can, and where another
+scheduler took it meanwhile, `LeaseError` tells the server to stop scheduling. Jobs that
+outlive their server do not hold it (the lock file is opened close-on-exec and executors close
+inherited descriptors). An in-memory SQLite store needs no lease; other databases get none.
 """
 
 from __future__ import annotations
@@ -46,10 +50,24 @@ class LeaseError(StoreError):
 class Lease:
     """A held lease; `release()` (or leaving the `with` block) gives it back."""
 
-    def __init__(self, url: str, holder: dict[str, Any], release: Any = None):
+    def __init__(self, url: str, holder: dict[str, Any], release: Any = None, renew: Any = None):
         self.url = url
         self.holder = holder
         self._release = release
+        self._renew = renew
+
+    @property
+    def renewable(self) -> bool:
+        """Whether the lease can be lost while its holder lives (a database session's lock)."""
+        return self._renew is not None
+
+    def renew(self) -> bool:
+        """Check that the lease is still held; where it was lost with its database session,
+        take it again (True). `LeaseError` when another scheduler holds it now; `StoreError`
+        when the database cannot be reached (not known: ask again later)."""
+        if self._renew is None or self._release is None:
+            return False
+        return self._renew()
 
     @property
     def held(self) -> bool:
@@ -162,33 +180,70 @@ def _postgres(shown: str, parsed: sa.URL) -> Lease:
     try:
         engine = sa.create_engine(parsed, poolclass=NullPool,
                                   connect_args={"application_name": _app_name(holder)})
-        conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     except Exception as e:
         raise StoreError(f"store: cannot open {shown}: {_one_line(e)}") from e
     try:
-        got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:a, :b)"),
-                           {"a": PG_KEY[0], "b": PG_KEY[1]}).scalar()
-        who = None if got else _pg_holder(conn)
-    except Exception as e:
-        conn.close()
+        conn = _pg_lock(engine, shown, holder, "open")
+    except BaseException:
         engine.dispose()
-        raise StoreError(f"store: cannot take the scheduler lease on {shown}: {_one_line(e)}") from e
-    if not got:
-        conn.close()
-        engine.dispose()
-        raise LeaseError(_busy(shown, who or "a session that has ended meanwhile",
-                               "PostgreSQL advisory lock"))
+        raise
+
+    released = []  # (a renewal in a thread may end after the release: it then keeps nothing)
 
     def release() -> None:
+        released.append(True)
         with contextlib.suppress(Exception):
-            conn.execute(sa.text("SELECT pg_advisory_unlock(:a, :b)"), {"a": PG_KEY[0], "b": PG_KEY[1]})
+            lease.connection.execute(sa.text("SELECT pg_advisory_unlock(:a, :b)"),
+                                     {"a": PG_KEY[0], "b": PG_KEY[1]})
         with contextlib.suppress(Exception):
-            conn.close()  # ending the session releases the lock in any case
+            lease.connection.close()  # ending the session releases the lock in any case
         engine.dispose()
 
-    lease = Lease(shown, holder, release)
+    def renew() -> bool:
+        try:
+            lease.connection.execute(sa.text("SELECT 1")).scalar()  # the session lives: so does its lock
+            return False
+        except Exception:  # noqa: BLE001 - the session is gone (a restart, a dropped connection)
+            with contextlib.suppress(Exception):
+                lease.connection.close()
+        if released:
+            return False
+        conn = _pg_lock(engine, shown, holder, "reach", renewing=True)
+        if released:
+            conn.close()
+            return False
+        lease.connection = conn
+        return True
+
+    lease = Lease(shown, holder, release, renew)
     lease.connection = conn  # type: ignore[attr-defined]
     return lease
+
+
+def _pg_lock(engine: sa.Engine, shown: str, holder: dict[str, Any], verb: str,
+             renewing: bool = False) -> sa.Connection:
+    """A new session holding the advisory lock; `LeaseError` naming the session that holds it
+    instead (`renewing`: not where that is the holder's own earlier session, which the database
+    has not seen end yet and which still keeps others out: a `StoreError`, to try again later)."""
+    try:
+        conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    except Exception as e:
+        raise StoreError(f"store: cannot {verb} {shown}: {_one_line(e)}") from e
+    try:
+        got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:a, :b)"),
+                           {"a": PG_KEY[0], "b": PG_KEY[1]}).scalar()
+        row = None if got else _pg_holder_row(conn)
+    except Exception as e:
+        conn.close()
+        raise StoreError(f"store: cannot take the scheduler lease on {shown}: {_one_line(e)}") from e
+    if got:
+        return conn
+    conn.close()
+    if renewing and row is not None and row[0] == _app_name(holder):
+        raise StoreError(f"store: the scheduler lease on {shown} is still held by this server's "
+                         f"previous session (PostgreSQL backend {row[2]}), not ended yet")
+    raise LeaseError(_busy(shown, _describe_row(row) if row else "a session that has ended meanwhile",
+                           "PostgreSQL advisory lock"))
 
 
 _PG_HOLDER = sa.text("""
@@ -199,10 +254,12 @@ _PG_HOLDER = sa.text("""
 """)
 
 
-def _pg_holder(conn: sa.Connection) -> str | None:
-    row = conn.execute(_PG_HOLDER, {"a": PG_KEY[0], "b": PG_KEY[1]}).first()
-    if row is None:
-        return None
+def _pg_holder_row(conn: sa.Connection) -> Any:
+    """(application_name, client address, backend pid) of the lock's holder, or None."""
+    return conn.execute(_PG_HOLDER, {"a": PG_KEY[0], "b": PG_KEY[1]}).first()
+
+
+def _describe_row(row: Any) -> str:
     name, addr, backend = row
     where = f" from {addr}" if addr else ""
     return f"{name or 'an unnamed session'}, PostgreSQL backend {backend}{where}"

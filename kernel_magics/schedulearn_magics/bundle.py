@@ -230,25 +230,78 @@ def pack_vars(names: Iterable[str], namespace: Mapping[str, Any]) -> bytes:
     return zlib.compress(pickle.dumps(blobs))
 
 
-def pack_files(paths: Iterable[str], cwd: str | Path | None = None) -> bytes:
+def pack_files(paths: Iterable[str], cwd: str | Path | None = None, max_bytes: int | None = None) -> bytes:
     """A gzipped tar of the files and folders in `paths`: paths under `cwd` keep their relative
-    path (so `data/x.csv` is `data/x.csv` in the job), others keep their last component."""
+    path (so `data/x.csv` is `data/x.csv` in the job), others keep their last component.
+
+    Links are packed as what they point to: the job may run where their targets are not (that is
+    what `--files` is for), and the job side unpacks no link to an absolute path or out of its
+    folder (tarfile's `data` filter). A dangling link, or a folder link back to a folder it is
+    in, is one line. `max_bytes`: the most the compressed tar may take; packing stops there, so
+    that a large folder is refused at once, not after it was all read and compressed in memory."""
     base = Path(cwd or os.getcwd()).resolve()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for raw in paths:
-            p = Path(raw).expanduser()
-            full = (p if p.is_absolute() else base / p).resolve()
-            if not full.exists():
-                raise BundleError(f"--files: no such file or folder: {raw!r}")
-            try:
-                arcname = str(full.relative_to(base))
-            except ValueError:
-                arcname = full.name
-            if arcname in ("", "."):
-                raise BundleError(f"--files: name files or sub-folders, not the working folder ({raw!r})")
-            tar.add(str(full), arcname=arcname, filter=_drop_owner)
-    return buf.getvalue()
+    out = _Capped(max_bytes)
+    try:
+        with tarfile.open(fileobj=out, mode="w:gz") as tar:
+            for raw in paths:
+                p = Path(raw).expanduser()
+                full = Path(os.path.normpath(p if p.is_absolute() else base / p))  # (links kept)
+                if not full.exists() and not full.is_symlink():
+                    raise BundleError(f"--files: no such file or folder: {raw!r}")
+                try:
+                    arcname = str(full.relative_to(base))
+                except ValueError:
+                    arcname = full.name
+                if arcname in ("", "."):
+                    raise BundleError(f"--files: name files or sub-folders, not the working folder ({raw!r})")
+                _add(tar, out, full, arcname, raw, ())
+    except _Full:
+        raise BundleError(
+            f"--files: over the {_mb(out.limit or 0)} limit once compressed (at {out.at!r}); put large "
+            "data on a path the job can read and pass the path instead"
+        ) from None
+    return out.getvalue()
+
+
+class _Full(Exception):
+    pass
+
+
+class _Capped(io.BytesIO):
+    """A BytesIO that refuses to grow past `limit` bytes (`_Full`); `at`: what was being added."""
+
+    def __init__(self, limit: int | None):
+        super().__init__()
+        self.limit, self.at = limit, ""
+
+    def write(self, data: Any) -> int:
+        if self.limit is not None and self.tell() + len(data) > self.limit:
+            raise _Full
+        return super().write(data)
+
+
+def _add(tar: tarfile.TarFile, out: _Capped, path: Path, arcname: str, shown: str,
+         folders: tuple[Path, ...]) -> None:
+    """Add `path` (what a link points to, not the link) as `arcname`; `folders`: the real
+    folders it is in (a link back to one of them would never end)."""
+    out.at = shown
+    if path.is_symlink() and not path.exists():
+        raise BundleError(f"--files: {shown!r} is a link to {os.readlink(path)!r}, which does not exist")
+    real = path.resolve()
+    try:
+        if real.is_dir():
+            if real in folders:
+                raise BundleError(f"--files: {shown!r} is a link back to a folder it is in ({real})")
+            tar.addfile(_drop_owner(tar.gettarinfo(str(real), arcname)))
+            for child in sorted(os.listdir(real)):
+                where = f"{shown.rstrip('/')}/{child}"
+                _add(tar, out, real / child, f"{arcname}/{child}", where, (*folders, real))
+        elif real.is_file():
+            with open(real, "rb") as f:
+                tar.addfile(_drop_owner(tar.gettarinfo(str(real), arcname, fileobj=f)), f)
+        # (sockets, pipes, devices: nothing a job reads as data)
+    except OSError as e:
+        raise BundleError(f"--files: cannot read {shown!r} ({e.strerror or e})") from None
 
 
 def _drop_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:

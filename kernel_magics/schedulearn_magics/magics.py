@@ -204,7 +204,9 @@ class SchedulearnMagics(Magics):
             hidden = getattr(self.shell, "user_ns_hidden", ())
             bundle.check_names(cell, self.shell.user_ns, names, hidden, tree)
             variables = bundle.pack_vars(names, self.shell.user_ns) if names else None
-            files = bundle.pack_files(args.files, os.getcwd()) if args.files else None
+            files = None
+            if args.files:  # (base64 in the script: 4/3 of their size; the script's limit checks the rest)
+                files = bundle.pack_files(args.files, os.getcwd(), self.max_bundle_bytes * 3 // 4)
             keep_value = args.out is not None or not bundle.ends_quietly(cell)  # `;`: not wanted
             script = bundle.build_script(cell, files, variables, self.max_bundle_bytes, keep_value)
         except bundle.BundleError as e:

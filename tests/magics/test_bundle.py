@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 from pathlib import Path
 
@@ -316,6 +318,48 @@ def test_missing_file_and_size_cap(tmp_path: Path) -> None:
     with pytest.raises(BundleError) as e:
         bundle.build_script("1", files, max_bytes=200_000)
     assert str(e.value).startswith("bundle: ") and "limit" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_files_pack_what_links_point_to_and_refuse_what_cannot_be_packed(tmp_path: Path) -> None:
+    """A notebook folder with a link to a file elsewhere (`ln -s /data/labels.csv`) was packed as
+    a link to an absolute path, which the job refused to unpack (`AbsoluteLinkError`) once its
+    turn came; a top-level link took its target's name. Now the content travels under the
+    link's name; a dangling link or a link loop is one line, and packing stops at the limit."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "set").mkdir(parents=True)
+    (elsewhere / "labels.csv").write_text("cat,dog\n")
+    (elsewhere / "set" / "x.txt").write_text("x\n")
+    nb = tmp_path / "nb"
+    (nb / "proj").mkdir(parents=True)
+    (nb / "proj" / "a.txt").write_text("a\n")
+    (nb / "proj" / "labels.csv").symlink_to(elsewhere / "labels.csv")
+    (nb / "data").symlink_to(elsewhere / "set")  # a folder link, named at the top
+    files = bundle.pack_files(["proj", "data"], nb)
+    with tarfile.open(fileobj=io.BytesIO(files)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {"proj", "proj/a.txt", "proj/labels.csv", "data", "data/x.txt"}
+    assert not any(m.issym() or m.islnk() for m in members.values())
+    cell = "open('proj/labels.csv').read() + open('data/x.txt').read()"
+    proc = run_script(bundle.build_script(cell, files), tmp_path / "job")
+    assert proc.returncode == 0, proc.stderr
+    assert pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes()) == "cat,dog\nx\n"
+
+    (nb / "proj" / "gone").symlink_to(tmp_path / "nowhere")
+    dangling = r"^--files: 'proj/gone' is a link to '.*nowhere', which does not exist$"
+    with pytest.raises(BundleError, match=dangling):
+        bundle.pack_files(["proj"], nb)
+    (nb / "proj" / "gone").unlink()
+    (nb / "proj" / "up").symlink_to(nb / "proj")
+    with pytest.raises(BundleError, match=r"^--files: 'proj/up' is a link back to a folder it is in "):
+        bundle.pack_files(["proj"], nb)
+    (nb / "proj" / "up").unlink()
+    (nb / "big").mkdir()
+    for i in range(4):
+        (nb / "big" / f"{i}.bin").write_bytes(os.urandom(400_000))
+    with pytest.raises(BundleError) as e:
+        bundle.pack_files(["big"], nb, max_bytes=500_000)
+    assert str(e.value) == ("--files: over the 0.5 MiB limit once compressed (at 'big/1.bin'); put large "
+                            "data on a path the job can read and pass the path instead")
 
 
 def test_gpu_tensors_in_the_result_come_back_on_the_cpu(tmp_path: Path) -> None:

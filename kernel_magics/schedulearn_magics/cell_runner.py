@@ -138,15 +138,15 @@ def share_definitions(spawn: Any) -> None:
         return
     if getattr(spawn.get_preparation_data, "schedulearn_shares", False):
         return
-    started = []
+    started = [False]
     original = spawn.get_preparation_data
 
     def get_preparation_data(name: str) -> Any:
-        started.append(True)
+        started[0] = True
         return original(name)
 
     def reducer_override(self: Any, obj: Any) -> Any:
-        if (started and isinstance(obj, (type, types.FunctionType))
+        if (started[0] and isinstance(obj, (type, types.FunctionType))
                 and getattr(obj, "__module__", None) == "__main__"):
             return cloudpickle.loads, (cloudpickle.dumps(obj),)
         return NotImplemented

@@ -270,6 +270,7 @@ class SchedulerService:
         #: called with the reason once this server has lost the store's lease to another
         #: scheduler and stopped (`_keep_lease`): `serve` exits, Jupyter answers 503
         self.lease_lost: list[Any] = []
+        self._stopped = False
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -280,7 +281,7 @@ class SchedulerService:
         if loop is None:
             loop = asyncio.get_running_loop()
         self.hub.loop = loop
-        self.started = True
+        self.started, self._stopped = True, False
         self._tasks.append(loop.create_task(self._run_engine(), name="schedulearn-engine"))
         if self.settings.inventory_interval > 0:
             self._tasks.append(loop.create_task(self._refresh_inventory(), name="schedulearn-inventory"))
@@ -309,6 +310,9 @@ class SchedulerService:
                 if not unsure:
                     log.warning("schedulearn: cannot check the store's scheduler lease: %s", e)
                 unsure = True
+                continue
+            except Exception:  # noqa: BLE001 - the check goes on: it is what keeps a second scheduler out
+                log.exception("schedulearn: checking the store's scheduler lease failed")
                 continue
             if retaken:
                 log.warning("schedulearn: the store's scheduler lease ended with its database session "
@@ -420,6 +424,9 @@ class SchedulerService:
             self._on_engine_event({"type": "inventory"})
 
     async def stop(self) -> None:
+        if self._stopped:  # (a lost lease stops it before its server does)
+            return
+        self._stopped = True
         tasks, self._tasks = self._tasks, []
         self.engine.close()
         for task in tasks:

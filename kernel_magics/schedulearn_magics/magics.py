@@ -429,8 +429,9 @@ class SchedulearnMagics(Magics):
 
     @staticmethod
     def _job_id(cmd: str, rest: list[str]) -> int:
-        if len(rest) != 1 or not rest[0].isdigit():
-            raise UsageError(f"%schedulearn {cmd}: expected one job id (an integer), got {' '.join(rest)!r}")
+        if len(rest) != 1 or not _is_job_id(rest[0]):
+            raise UsageError(f"%schedulearn {cmd}: expected one job id (an integer >= 1, as %schedulearn ls "
+                             f"shows), got {' '.join(rest)!r}")
         return int(rest[0])
 
     def _queue(self, rest: list[str]) -> Any:
@@ -462,11 +463,11 @@ class SchedulearnMagics(Magics):
         elif "--tail" in words:
             i = words.index("--tail")
             n = words[i + 1] if i + 1 < len(words) else ""
-            if not n.isdigit():
+            if not (n.isascii() and n.isdigit()):
                 raise UsageError(f"%schedulearn logs: --tail expects a number of lines >= 0, got {n!r}")
             lines = int(n)
             del words[i:i + 2]
-        if len(words) != 1 or not words[0].isdigit():
+        if len(words) != 1 or not _is_job_id(words[0]):
             raise UsageError(f"{usage}, got {' '.join(rest)!r}")
         job_id = int(words[0])
         text = self._call(self.client.logs, job_id, None if lines is None else lines + 1)
@@ -606,3 +607,8 @@ def _awaits_on_asyncio() -> bool:
 
     ip = get_ipython()
     return bool(ip is not None and ip.autoawait and ip.loop_runner is _asyncio_runner)
+
+
+def _is_job_id(word: str) -> bool:
+    """An integer >= 1 in ASCII digits (`str.isdigit` takes '²', which `int` refuses)."""
+    return word.isascii() and word.isdigit() and int(word) >= 1

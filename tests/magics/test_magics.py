@@ -374,6 +374,11 @@ def test_bad_line_magic_input(shell: InteractiveShell, client: Client) -> None:
         ("logs", "expected a job id, then --tail N or --all"),
         ("cancel x", "expected one job id"),
         ("script", "expected one job id"),
+        ("result 0", "%schedulearn result: expected one job id (an integer >= 1, as %schedulearn ls shows), "
+         "got '0'"),
+        ("cancel ²", "got '²'"),  # a digit to str.isdigit, not to int()
+        ("logs ²", "expected a job id, then --tail N or --all, got '²'"),
+        ("logs 1 --tail ²", "--tail expects a number of lines >= 0, got '²'"),
         ("logs 999999", "no job with id 999999"),
     ]:
         r = shell.run_cell(f"%schedulearn {line}")
@@ -612,8 +617,10 @@ def test_result_of_a_running_job_follows_it_and_an_interrupt_leaves_it_running(
     gate.touch()
     assert h.result(timeout=60) == "late value"
     for line, message in [(f"job {again.id + 1000}", f"job: no job with id {again.id + 1000} (HTTP 404)"),
-                          ("job x", "%schedulearn job: expected one job id (an integer), got 'x'"),
-                          ("result", "%schedulearn result: expected one job id (an integer), got ''")]:
+                          ("job x", "%schedulearn job: expected one job id (an integer >= 1, as "
+                                     "%schedulearn ls shows), got 'x'"),
+                          ("result", "%schedulearn result: expected one job id (an integer >= 1, as "
+                                     "%schedulearn ls shows), got ''")]:
         r = shell.run_cell(f"%schedulearn {line}")
         assert isinstance(r.error_in_exec, UsageError), (line, r.error_in_exec)
         assert message in str(r.error_in_exec), (line, r.error_in_exec)

@@ -291,6 +291,18 @@ def test_a_job_id_that_cannot_be_one_is_refused_before_the_server_is_asked():
                             f"schedulearn ls shows), got {arg!r} (see schedulearn {command} --help)\n")
 
 
+def test_counts_that_cannot_be_one_are_refused_naming_the_flag():
+    """`ls --limit 0` printed a bare header; `logs --tail -3` came back as the API's `tail: ...`."""
+    nowhere = ("--url", "http://127.0.0.1:9/")
+    for args, flag, least, arg in ((("ls", "--limit", "0"), "--limit", 1, "0"),
+                                   (("ls", "--limit", "many"), "--limit", 1, "many"),
+                                   (("logs", "3", "--tail", "-3"), "--tail", 0, "-3")):
+        p = cli(*args[:1], *nowhere, *args[1:])
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (f"schedulearn {args[0]}: argument {flag}: expected an integer >= {least}, got "
+                            f"{arg!r} (see schedulearn {args[0]} --help)\n")
+
+
 def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     """The server's own check and message (`JobSpec.parse`), with no server to ask: the URL is
     the discard port, so a spec that got past the check would fail with 'cannot reach'."""

@@ -85,7 +85,7 @@ def register(subparsers: Any) -> None:
     _common(p)
     p.add_argument("--state", help="queued, starting, running, succeeded, failed or cancelled")
     p.add_argument("--user", help="only this user's jobs")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=_at_least(1), default=None,
                    help=f"only the newest N (the table: {LS_ROWS} unless --all; --json: all)")
     p.add_argument("--all", action="store_true", help="every job in the table")
     p.set_defaults(func=cmd_ls)
@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("logs", help="print a job's log")
     _common(p, json_flag=False)
     p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="the job's id (schedulearn ls)")
-    p.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    p.add_argument("--tail", type=_at_least(0), default=None, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.set_defaults(func=cmd_logs)
 
@@ -160,6 +160,22 @@ def _not_text(e: Exception) -> str | None:
     if not isinstance(e, UnicodeDecodeError):
         return None
     return f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start:,}"
+
+
+def _at_least(least: int) -> Any:
+    """An argparse type: an integer >= `least` (`ls --limit 0` printed a bare header; `--tail -3`
+    came back from the server as `tail: ...`, the API's field, not the flag)."""
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        return value
+
+    count.__name__ = "count"
+    return count
 
 
 def _job_id(text: str) -> int:

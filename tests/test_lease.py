@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -206,6 +207,18 @@ def _terminate_sessions(url: str, where: str, params: dict) -> int:
         engine.dispose()
 
 
+def take_from(url: str, where: str, params: dict) -> Any:
+    """End the holder's lease session and take the lease, as a second scheduler starting then
+    would (the holder may take it again first: then once more)."""
+    for _ in range(50):
+        assert _terminate_sessions(url, where, params) <= 1
+        try:
+            return acquire(url)
+        except LeaseError:
+            time.sleep(0.1)
+    raise AssertionError("the lease could not be taken from its holder in 50 tries")
+
+
 HOLD = ("import sys, time; from schedulearn.store.lease import acquire\n"
         "lease = acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)\n")
 
@@ -286,13 +299,7 @@ def test_a_serve_whose_lease_ended_takes_it_again_or_stops_when_another_took_it(
         job = c.submit({"command": SLEEP})
         wait_for(lambda: c.job(job["id"])["state"] == "running", what="the job to start")
         pid = int(json.loads((tmp_path / "first" / "jobs" / str(job["id"]) / "pid").read_text())["pid"])
-        other = None
-        while other is None:  # (the server may take it again first: then once more)
-            _terminate_sessions(url, mine, name)
-            try:
-                other = acquire(url)
-            except LeaseError:
-                time.sleep(0.1)
+        other = take_from(url, mine, name)
         try:
             assert first.proc.wait(30) == 1
             said = (tmp_path / "first" / "serve.log").read_text().strip().splitlines()
@@ -329,12 +336,7 @@ def test_a_jupyter_server_whose_lease_went_to_another_scheduler_stops_scheduling
         c = Client(jupyter.url, jupyter.token)
         assert c.jobs() == []
         name = {"n": f"schedulearn {jupyter.proc.pid}@%"}
-        while other is None:
-            assert _terminate_sessions(url, "application_name LIKE :n", name) <= 1
-            try:
-                other = acquire(url)
-            except LeaseError:
-                time.sleep(0.1)
+        other = take_from(url, "application_name LIKE :n", name)
 
         def refused() -> str | None:
             try:

@@ -362,6 +362,8 @@ class SchedulearnMagics(Magics):
             job = handle.cancel().job
         except Exception as e:
             return JobInterrupted(handle.id, f"could not cancel it: {e}")
+        if job["state"] in FINAL_STATES and not handle.cancelled_by_you:  # (its log was being read)
+            return _ended_already(handle.id, job["state"])
         view.update(job, None, None)
         if job["state"] not in FINAL_STATES and not isinstance(view, TextJobView):
             follow_in_background(handle, view, poll=0.5)
@@ -516,10 +518,13 @@ class SchedulearnMagics(Magics):
     def _stopped_waiting(self, handle: JobHandle, view: JobView) -> JobInterrupted:
         """An interrupted `result` wait: the job was not this cell's submission, so it runs on
         (a widget goes on following it)."""
+        state = handle.state
+        if state in FINAL_STATES:  # (its log was being read)
+            return _ended_already(handle.id, state)
         if not isinstance(view, TextJobView):
             follow_in_background(handle, view, poll=handle.poll_interval)
         hint = f"%schedulearn result {handle.id}, %schedulearn cancel {handle.id}"
-        return JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})")
+        return JobInterrupted(handle.id, f"still {state}; it runs on ({hint})")
 
     def _job(self, rest: list[str]) -> JobHandle:
         """`job ID`: a handle of a job (in a notebook, a live job widget): a job submitted before
@@ -612,3 +617,10 @@ def _awaits_on_asyncio() -> bool:
 def _is_job_id(word: str) -> bool:
     """An integer >= 1 in ASCII digits (`str.isdigit` takes '²', which `int` refuses)."""
     return word.isascii() and word.isdigit() and int(word) >= 1
+
+
+def _ended_already(job_id: int, state: str) -> JobInterrupted:
+    """An interrupt that came once the job had ended (while the end of its log was read): not
+    `cancelled by you`, nor `still succeeded; it runs on`."""
+    then = f" (%schedulearn result {job_id} gives its value)" if state == "succeeded" else ""
+    return JobInterrupted(job_id, f"it had {state} already{then}")

@@ -526,6 +526,23 @@ class _Interrupter(threading.Thread):
         assert self.handler is signal.default_int_handler, f"SIGINT was handled by {self.handler!r}"
 
 
+def test_an_interrupt_after_the_job_ended_says_so(shell: InteractiveShell, client: Client) -> None:
+    """An interrupt may come once the job has ended, while the cell still reads the end of its
+    log (a large one): the cell said `cancelled by you` (or, waiting on `%schedulearn result`,
+    `still succeeded; it runs on`) of a job that had succeeded."""
+    from schedulearn_magics.watch import TextJobView
+
+    r = cell(shell, "--name done-already", "6 * 7")
+    assert r.success and r.result == 42
+    done = JobHandle(client, client.jobs()[-1])
+    magics = shell.magics_manager.registry["SchedulearnMagics"]
+    for stopped in (magics._interrupted, magics._stopped_waiting):
+        said = str(stopped(done, TextJobView()))
+        assert said == (f"job {done.id}: it had succeeded already (%schedulearn result {done.id} gives its "
+                        "value) (kernel interrupted)"), said
+    assert client.job(done.id)["state"] == "succeeded"
+
+
 def test_kernel_interrupt_cancels_the_job(shell: InteractiveShell, client: Client,
                                           sigint_interrupts: None) -> None:
     t = _Interrupter(client, "interrupted")

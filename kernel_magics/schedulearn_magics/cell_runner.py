@@ -136,8 +136,6 @@ def share_definitions(spawn: Any) -> None:
         import cloudpickle
     except ImportError:
         return
-    if getattr(spawn.get_preparation_data, "schedulearn_shares", False):
-        return
     started = [False]
     original = spawn.get_preparation_data
 
@@ -151,7 +149,6 @@ def share_definitions(spawn: Any) -> None:
             return cloudpickle.loads, (cloudpickle.dumps(obj),)
         return NotImplemented
 
-    get_preparation_data.schedulearn_shares = True  # type: ignore[attr-defined]
     spawn.get_preparation_data = get_preparation_data
     reduction.ForkingPickler.reducer_override = reducer_override
 

@@ -166,25 +166,27 @@ def _at_least(least: int) -> Any:
     """An argparse type: an integer >= `least` (`ls --limit 0` printed a bare header; `--tail -3`
     came back from the server as `tail: ...`, the API's field, not the flag)."""
     def count(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = least - 1
-        if value < least:
+        value = _int_at_least(text, least)
+        if value is None:
             raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
         return value
 
-    count.__name__ = "count"
     return count
+
+
+def _int_at_least(text: str, least: int) -> int | None:
+    """`text` as an integer >= `least`, or None."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= least else None
 
 
 def _job_id(text: str) -> int:
     """A job id argument: an integer >= 1 (`logs -1` was `path: no route .../jobs/-1/logs`)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    value = _int_at_least(text, 1)
+    if value is None:
         raise argparse.ArgumentTypeError(f"expected a job id (an integer >= 1, as schedulearn ls shows), "
                                          f"got {text!r}")
     return value

@@ -11,6 +11,7 @@ import sys
 import tarfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,11 @@ def test_what_only_the_compiler_finds_is_refused_before_submitting(cell: str, me
     assert str(e.value).startswith(message)
 
 
+def result_of(job_dir: Path) -> Any:
+    """The value a job's cell left (its unpickled result file)."""
+    return pickle.loads((job_dir / bundle.RESULT_FILE).read_bytes())
+
+
 def run_script(script: str, job_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "main.py").write_text(script)
@@ -120,7 +126,7 @@ def test_runner_loads_vars_files_and_saves_last_expression(tmp_path: Path) -> No
     proc = run_script(bundle.build_script(cell, files, variables), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr
     assert "files alpha beta" in proc.stdout
-    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "job")
     assert value == {"value": 55, "name": "__main__"}
 
 
@@ -138,12 +144,12 @@ def test_a_cell_runs_as_ipython_runs_it_top_level_await_and_real_annotations(tmp
     )
     proc = run_script(bundle.build_script(cell), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr
-    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "job")
     assert value == (6, 12, {"x": int, "return": int})
     proc = run_script(bundle.build_script("import asyncio\nasyncio.run(asyncio.sleep(0, 'plain'))"),
                       tmp_path / "job2")  # no top-level await: no event loop around the cell
     assert proc.returncode == 0, proc.stderr
-    assert pickle.loads((tmp_path / "job2" / bundle.RESULT_FILE).read_bytes()) == "plain"
+    assert result_of(tmp_path / "job2") == "plain"
     proc = run_script(bundle.build_script("import asyncio\nawait asyncio.sleep(0)\nraise ValueError('late')"),
                       tmp_path / "job3")
     assert proc.returncode == 1 and "ValueError: late" in proc.stderr
@@ -174,7 +180,7 @@ def test_processes_the_cell_starts_by_spawn_or_forkserver_get_its_functions_and_
     proc = run_script(bundle.build_script(SPAWNED_POOL_CELL.format(method=method)), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Can't get attribute" not in proc.stderr
-    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "job")
     assert value == ([0, 10, 20, 30], [2, 3])
 
 
@@ -197,7 +203,7 @@ def test_torch_spawn_and_a_spawned_data_loader_run_what_the_cell_defines(tmp_pat
     )
     proc = run_script(bundle.build_script(cell), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    value = pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "job")
     assert value == (["0", "7"], [0, 1, 4, 9, 16, 25])
 
 
@@ -216,7 +222,7 @@ def test_a_fork_pool_still_finds_the_cells_functions_by_name(tmp_path: Path) -> 
     )
     proc = run_script(bundle.build_script(cell), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes()) == [0, -1, -2]
+    assert result_of(tmp_path / "job") == [0, -1, -2]
 
 
 def test_only_rank_zero_writes_the_result(tmp_path: Path) -> None:
@@ -225,13 +231,13 @@ def test_only_rank_zero_writes_the_result(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "r1" / bundle.RESULT_FILE).exists()
     proc = run_script(script, tmp_path / "h0", {"HOROVOD_RANK": "0"})
-    assert pickle.loads((tmp_path / "h0" / bundle.RESULT_FILE).read_bytes()) == 42
+    assert result_of(tmp_path / "h0") == 42
 
 
 def test_cell_without_final_expression_returns_none(tmp_path: Path) -> None:
     proc = run_script(bundle.build_script("x = 3\nfor i in range(2):\n    x += i\n"), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
-    assert pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes()) is None
+    assert result_of(tmp_path / "j") is None
 
 
 @pytest.mark.parametrize("code, status", [("", 0), ("0", 0), ("None", 0), ("False", 0), ("3", 3)])
@@ -342,7 +348,7 @@ def test_files_pack_what_links_point_to_and_refuse_what_cannot_be_packed(tmp_pat
     cell = "open('proj/labels.csv').read() + open('data/x.txt').read()"
     proc = run_script(bundle.build_script(cell, files), tmp_path / "job")
     assert proc.returncode == 0, proc.stderr
-    assert pickle.loads((tmp_path / "job" / bundle.RESULT_FILE).read_bytes()) == "cat,dog\nx\n"
+    assert result_of(tmp_path / "job") == "cat,dog\nx\n"
 
     (nb / "proj" / "gone").symlink_to(tmp_path / "nowhere")
     dangling = r"^--files: 'proj/gone' is a link to '.*nowhere', which does not exist$"
@@ -377,7 +383,7 @@ def test_gpu_tensors_in_the_result_come_back_on_the_cpu(tmp_path: Path) -> None:
     )
     proc = run_script(bundle.build_script(cell), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
-    value = pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "j")
     assert value == {"weights": "moved to cpu", "step": 7}
 
 
@@ -386,7 +392,7 @@ def test_cpu_torch_tensors_round_trip(tmp_path: Path) -> None:
     cell = "import torch\n{'w': torch.arange(4.0), 'n': torch.nn.Linear(2, 1)}"
     proc = run_script(bundle.build_script(cell), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
-    value = pickle.loads((tmp_path / "j" / bundle.RESULT_FILE).read_bytes())
+    value = result_of(tmp_path / "j")
     assert torch.equal(value["w"], torch.arange(4.0))
     assert isinstance(value["n"], torch.nn.Linear)
 

@@ -183,7 +183,7 @@ def _postgres(shown: str, parsed: sa.URL) -> Lease:
     except Exception as e:
         raise StoreError(f"store: cannot open {shown}: {_one_line(e)}") from e
     try:
-        conn = _pg_lock(engine, shown, holder, "open")
+        conn = _pg_lock(engine, shown, holder)
     except BaseException:
         engine.dispose()
         raise
@@ -208,7 +208,7 @@ def _postgres(shown: str, parsed: sa.URL) -> Lease:
                 lease.connection.close()
         if released:
             return False
-        conn = _pg_lock(engine, shown, holder, "reach", renewing=True)
+        conn = _pg_lock(engine, shown, holder, renewing=True)
         if released:
             conn.close()
             return False
@@ -220,15 +220,14 @@ def _postgres(shown: str, parsed: sa.URL) -> Lease:
     return lease
 
 
-def _pg_lock(engine: sa.Engine, shown: str, holder: dict[str, Any], verb: str,
-             renewing: bool = False) -> sa.Connection:
+def _pg_lock(engine: sa.Engine, shown: str, holder: dict[str, Any], renewing: bool = False) -> sa.Connection:
     """A new session holding the advisory lock; `LeaseError` naming the session that holds it
     instead (`renewing`: not where that is the holder's own earlier session, which the database
     has not seen end yet and which still keeps others out: a `StoreError`, to try again later)."""
     try:
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     except Exception as e:
-        raise StoreError(f"store: cannot {verb} {shown}: {_one_line(e)}") from e
+        raise StoreError(f"store: cannot {'reach' if renewing else 'open'} {shown}: {_one_line(e)}") from e
     try:
         got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:a, :b)"),
                            {"a": PG_KEY[0], "b": PG_KEY[1]}).scalar()

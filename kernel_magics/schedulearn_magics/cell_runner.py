@@ -22,6 +22,8 @@ ends) does, in the job's `main.py`:
 5. on rank 0 (`RANK`, `HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`; 0 when none is set)
    cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
    (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
+   A value no pickle takes does not undo the training that made it: the job still succeeds,
+   and its result is a stand-in saying so (`not_kept`), which the notebook turns into one line.
 
 Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
 the bundle embeds this file's source, since the job may run where neither package is installed
@@ -186,8 +188,8 @@ def load_vars(data: bytes) -> dict[str, Any]:
 
 
 def dumps(value: Any) -> bytes:
-    """The cell's value, cloudpickled with tensors on the CPU; a value that cannot be pickled
-    ends the job with status 1 and a line saying why."""
+    """The cell's value, cloudpickled with tensors on the CPU; for a value that cannot be pickled
+    (a lock, a generator, an open file inside it), a line on stderr and the stand-in `not_kept`."""
     import io
     import pickle
 
@@ -214,6 +216,31 @@ def dumps(value: Any) -> bytes:
         ToCpu(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
         return buf.getvalue()
     except Exception as e:
-        sys.stderr.write(f"schedulearn: the cell's value ({type(value).__name__}) cannot be pickled: "
-                         f"{type(e).__name__}: {e}\n")
-        raise SystemExit(1) from None
+        standin = not_kept(value, e)
+        sys.stderr.write(f"schedulearn: the cell's value ({standin.type}) cannot be pickled: "
+                         f"{standin.error}; the job succeeds without it\n")
+        return pickle.dumps(standin, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: The attribute that marks `not_kept`'s stand-in (`handle.ValueNotKept` reads it).
+NOT_KEPT_MARK = "schedulearn_value_not_kept"
+#: How much of the value's repr the stand-in carries.
+REPR_CHARS = 2000
+
+
+def not_kept(value: Any, error: BaseException) -> types.SimpleNamespace:
+    """What the job hands back in place of a value no pickle takes: a `SimpleNamespace` (the
+    kernel unpickles it without this module) with the mark, the value's type, why pickling failed,
+    and the start of its repr (what IPython would have shown)."""
+    try:
+        shown = repr(value)
+    except Exception as e:  # a repr that fails too: say so rather than fail the job
+        shown = f"<{type(value).__name__}: its repr failed: {type(e).__name__}>"
+    if len(shown) > REPR_CHARS:
+        shown = shown[:REPR_CHARS] + "..."
+    kind = type(value)
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", "__main__"):
+        name = f"{kind.__module__}.{name}"
+    return types.SimpleNamespace(**{NOT_KEPT_MARK: 1}, type=name, error=f"{type(error).__name__}: {error}",
+                                 repr=shown)

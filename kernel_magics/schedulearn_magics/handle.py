@@ -5,9 +5,12 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from schedulearn.client import ClientError, LogReader, Reconnecting
+
+from .cell_runner import NOT_KEPT_MARK
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -65,6 +68,26 @@ class NoResult(RuntimeError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"NoResult: {self}"]
+
+
+class ValueNotKept(RuntimeError):
+    """A job that succeeded, but whose cell's value no pickle takes (a lock, a generator, an open
+    file inside it): the job handed back its type, why, and the start of its repr instead."""
+
+    def __init__(self, job: dict[str, Any], standin: Any):
+        self.job = job
+        self.type, self.error, self.repr = standin.type, standin.error, standin.repr
+        super().__init__(f"job {job.get('id')} ({job.get('name')}) succeeded, but its cell's value "
+                         f"({self.type}) cannot be pickled ({self.error}), so it stayed in the job; "
+                         f"there it was: {_one_line(self.repr)}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ValueNotKept: {self}"]
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 class JobInterrupted(Exception):
@@ -174,7 +197,8 @@ class JobHandle:
             delay = min(delay * 1.5, poll)
 
     def result(self, timeout: float | None = None) -> Any:
-        """Wait for the job; the value of its cell's last expression (rank 0), or `JobFailed`."""
+        """Wait for the job; the value of its cell's last expression (rank 0), or `JobFailed`
+        (`ValueNotKept` for a value that could not be pickled)."""
         job = self.wait(timeout=timeout)
         if job["state"] != "succeeded":
             tail = ""
@@ -189,7 +213,10 @@ class JobHandle:
             if e.status == 404:  # (a 409, a forged result, keeps the server's words)
                 raise NoResult(job) from None
             raise
-        return load_result(data)
+        value = load_result(data)
+        if isinstance(value, SimpleNamespace) and getattr(value, NOT_KEPT_MARK, None) == 1:
+            raise ValueNotKept(job, value)
+        return value
 
     def _ipython_display_(self) -> None:
         """In a notebook, a live job widget that follows the job to its end (the output of a

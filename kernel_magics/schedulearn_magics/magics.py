@@ -36,7 +36,7 @@ from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect, empty_log_note
-from .handle import FINAL_STATES, JobHandle, JobInterrupted, job_ended_without_result
+from .handle import FINAL_STATES, JobHandle, JobInterrupted, ValueNotKept, job_ended_without_result
 from .watch import (
     JobView,
     TextJobView,
@@ -372,7 +372,8 @@ class SchedulearnMagics(Magics):
     def _finish(self, handle: JobHandle, job: dict[str, Any], view: JobView, out: str | None,
                 quiet: bool = False) -> Any:
         """The cell's value: the job's result (also stored in `out`); None when the cell ends
-        with `;` (IPython's own check reads the magic's call, not the cell, so it showed it)."""
+        with `;` (IPython's own check reads the magic's call, not the cell, so it showed it), and
+        a line on stderr when the value could not be pickled (`ValueNotKept`, raised with `out`)."""
         if job["state"] != "succeeded":
             tail = ""
             # the log is on screen already unless a widget showed none of it
@@ -382,7 +383,13 @@ class SchedulearnMagics(Magics):
                 except Exception:
                     tail = ""
             raise job_ended_without_result(job, tail, handle.cancelled_by_you)
-        value = self._call(handle.result)
+        try:
+            value = self._call(handle.result)
+        except ValueNotKept as e:
+            if out:  # a value asked for by name: the cell fails, as a missing one would
+                raise
+            print(f"ValueNotKept: {e}", file=sys.stderr)  # the job's work stands: a line, not an error
+            return None
         if out:
             self.shell.user_ns[out] = value
         return None if quiet else value

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernel_magics"))
 
-from schedulearn_magics import bundle  # noqa: E402
+from schedulearn_magics import bundle, cell_runner  # noqa: E402
 from schedulearn_magics.bundle import BundleError, detect_launcher  # noqa: E402
 
 from tests.conftest import HELD_TO_EXIT  # noqa: E402
@@ -303,10 +303,32 @@ def test_what_the_cell_holds_is_released_after_its_exit_handlers(tmp_path: Path)
     assert proc.stdout == "exit handler sees Held\nreleased before finalizing\n", (proc.stdout, proc.stderr)
 
 
-def test_unpicklable_result_fails_clearly(tmp_path: Path) -> None:
-    proc = run_script(bundle.build_script("import threading\nthreading.Lock()"), tmp_path / "j")
-    assert proc.returncode == 1
-    assert "cannot be pickled" in proc.stderr
+def test_a_value_no_pickle_takes_leaves_the_job_succeeded_with_a_stand_in(tmp_path: Path) -> None:
+    """The training that made the value stands: the job succeeds, says why on stderr, and hands
+    back a stand-in (type, why, the start of its repr) that unpickles without Schedulearn."""
+    cell_text = ("import threading\nclass Trainer:\n    def __init__(self):\n"
+                 "        self.lock = threading.Lock()\n    def __repr__(self):\n"
+                 "        return 'Trainer(loss=0.1)' + 'x' * 5000\nTrainer()")
+    proc = run_script(bundle.build_script(cell_text), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("schedulearn: the cell's value (Trainer) cannot be pickled: "
+                                            "TypeError: cannot pickle '_thread.lock' object; "
+                                            "the job succeeds without it")
+    standin = result_of(tmp_path / "j")
+    assert type(standin).__name__ == "SimpleNamespace" and getattr(standin, cell_runner.NOT_KEPT_MARK) == 1
+    assert (standin.type, standin.error) == ("Trainer", "TypeError: cannot pickle '_thread.lock' object")
+    assert standin.repr.startswith("Trainer(loss=0.1)xxx") and len(standin.repr) == cell_runner.REPR_CHARS + 3
+
+
+def test_the_stand_in_names_a_module_type_and_survives_a_failing_repr() -> None:
+    class BadRepr:
+        def __repr__(self) -> str:
+            raise ValueError("no")
+
+    gen = (i for i in range(3))
+    assert cell_runner.not_kept(gen, TypeError("x")).type == "generator"
+    assert cell_runner.not_kept(threading.Lock(), TypeError("x")).type == "_thread.lock"
+    assert cell_runner.not_kept(BadRepr(), TypeError("x")).repr == "<BadRepr: its repr failed: ValueError>"
 
 
 def test_missing_and_unpicklable_vars_name_the_variable() -> None:

@@ -18,7 +18,14 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from schedulearn.client import Client
 from schedulearn_magics import views
-from schedulearn_magics.handle import JobCancelled, JobFailed, JobHandle, JobInterrupted, NoResult
+from schedulearn_magics.handle import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobInterrupted,
+    NoResult,
+    ValueNotKept,
+)
 
 from tests.conftest import require
 from tests.fixtures.jupyter import LiveServer
@@ -59,6 +66,28 @@ def test_a_cell_ending_with_a_semicolon_sends_back_no_value_unless_out_asks(
     assert r.success and r.result is None and shell.user_ns["kept"] == 42  # stored, not shown
     r = cell(shell, "", "x = 'a;'\nx")
     assert r.result == "a;"  # a `;` in a string is not the cell's end
+
+
+def test_a_value_no_pickle_takes_is_one_line_and_the_job_succeeds(
+        shell: InteractiveShell, client: Client, capsys: pytest.CaptureFixture) -> None:
+    """The training stands: the job succeeds; the cell shows one line (the value's type, why, its
+    repr in the job) and no value; asked for by name (`-o`, `result()`), it is `ValueNotKept`."""
+    body = "import threading\nclass Trainer:\n    lock = threading.Lock()\n    def __repr__(self):\n" \
+           "        return 'Trainer(loss=0.1)'\nTrainer()"
+    r = cell(shell, "", body)
+    assert r.success, r.error_in_exec
+    assert r.result is None
+    job = client.jobs()[-1]
+    assert job["state"] == "succeeded"
+    err = capsys.readouterr().err
+    assert f"ValueNotKept: job {job['id']} (cell" in err
+    assert ("value (Trainer) cannot be pickled (TypeError: cannot pickle '_thread.lock' object), "
+            "so it stayed in the job; there it was: Trainer(loss=0.1)") in err
+    shell.user_ns.pop("t", None)
+    r = cell(shell, "-o t", body)
+    assert isinstance(r.error_in_exec, ValueNotKept) and "t" not in shell.user_ns
+    with pytest.raises(ValueNotKept, match="there it was: Trainer"):
+        JobHandle(client, client.job(job["id"])).result()
 
 
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:

@@ -23,7 +23,10 @@ ends) does, in the job's `main.py`:
    cloudpickles that value (tensors moved to the CPU) and hands it to `write_result`
    (`schedulearn.run.write_result`: atomic, signed with the job's `$SCHEDULEARN_RESULT_KEY`).
    A value no pickle takes does not undo the training that made it: the job still succeeds,
-   and its result is a stand-in saying so (`not_kept`), which the notebook turns into one line.
+   and its result is a stand-in saying so (`not_kept`), which the notebook turns into one line;
+6. the matplotlib figures the cell shows come back, as with IPython's inline backend: rank 0
+   renders each figure open at a `plt.show()`, and those still open when the cell ends, as PNG,
+   then closes them (`Figures`); the result then carries them beside the value (`with_figures`).
 
 Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
 the bundle embeds this file's source, since the job may run where neither package is installed
@@ -64,8 +67,10 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
     `keep_value=False`: the result is None whatever the last expression's value (the cell ended
     with `;`)."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
+    os.environ.setdefault("MPLBACKEND", "agg")  # no window: `plt.show()` hands figures back
     if after_import is not None:
         after_import("multiprocessing.spawn", share_definitions)
+        after_import("matplotlib.pyplot", FIGURES.keep_shown)
     sys.path.insert(0, os.getcwd())  # as in the notebook: its folder's modules import
     if files_b64:
         unpack(base64.b64decode(files_b64), os.getcwd())
@@ -87,7 +92,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
             value = eval(tail, namespace) if tail is not None else None
     except SystemExit as e:  # the cell ended the job: `sys.exit(0)` succeeds with no value, as in IPython
         if (e.code is None or e.code == 0) and rank() == 0 and write_result is not None:
-            write_result(dumps(None), os.path.join(job_dir, result_file))  # (else: "no result" for a success)
+            FIGURES.take_open()  # (else: "no result" for a success)
+            write_result(FIGURES.with_figures(dumps(None)), os.path.join(job_dir, result_file))
         raise
     except BaseException as e:
         import traceback
@@ -98,7 +104,10 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
-        write_result(dumps(value if keep_value else None), os.path.join(job_dir, result_file))
+        FIGURES.take_open()  # (before the value is pickled: a figure in it, closed, does not join the
+        # kernel's pyplot figures when it is unpickled there, so the inline backend shows it no more)
+        data = FIGURES.with_figures(dumps(value if keep_value else None))
+        write_result(data, os.path.join(job_dir, result_file))
 
 
 #: `inspect.CO_COROUTINE` (inspect itself is a large import): the code has a top-level `await`.
@@ -220,6 +229,61 @@ def dumps(value: Any) -> bytes:
         sys.stderr.write(f"schedulearn: the cell's value ({standin.type}) cannot be pickled: "
                          f"{standin.error}; the job succeeds without it\n")
         return pickle.dumps(standin, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: The most figures a cell hands back; later ones are counted and said, not kept.
+MAX_FIGURES = 50
+#: The attribute that marks the result that carries figures beside the value (`with_figures`).
+FIGURES_MARK = "schedulearn_cell_figures"
+
+
+class Figures:
+    """The figures the cell showed, as PNG (rank 0's; other ranks only close theirs)."""
+
+    def __init__(self) -> None:
+        self.png: list[bytes] = []
+        self.dropped = 0
+
+    def keep_shown(self, pyplot: Any) -> None:
+        """`pyplot.show()` renders and closes the open figures, as IPython's inline backend does."""
+        pyplot.show = lambda *args, **kwargs: self.take_open()
+
+    def take_open(self) -> None:
+        """Render the open figures that have axes and close them all (a figure that is also the
+        cell's value is among them, as the inline backend shows it beside the cell's `Out`)."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return
+        if rank() == 0:
+            import io
+
+            for num in pyplot.get_fignums():
+                fig = pyplot.figure(num)
+                if not fig.axes:
+                    continue
+                if len(self.png) >= MAX_FIGURES:
+                    self.dropped += 1
+                    continue
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png", bbox_inches="tight")
+                self.png.append(buf.getvalue())
+        pyplot.close("all")
+
+    def with_figures(self, value: bytes) -> bytes:
+        """The result: the pickled value alone, or with the figures beside it (a `SimpleNamespace`,
+        which the kernel unpickles without this module)."""
+        if self.dropped:
+            sys.stderr.write(f"schedulearn: the cell showed {len(self.png) + self.dropped} figures; "
+                             f"the first {MAX_FIGURES} come back\n")
+        if not self.png:
+            return value
+        import pickle
+
+        return pickle.dumps(types.SimpleNamespace(**{FIGURES_MARK: 1}, value=value, figures=self.png),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+
+FIGURES = Figures()
 
 
 #: The attribute that marks `not_kept`'s stand-in (`handle.ValueNotKept` reads it).

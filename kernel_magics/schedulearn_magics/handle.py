@@ -8,9 +8,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from IPython.display import Image
 from schedulearn.client import ClientError, LogReader, Reconnecting
 
-from .cell_runner import NOT_KEPT_MARK
+from .cell_runner import FIGURES_MARK, NOT_KEPT_MARK
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -113,6 +114,9 @@ class JobHandle:
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
         self._log_reader: LogReader | None = None  # where `new_logs` goes on from
+        #: the matplotlib figures the cell showed (rank 0's, as `IPython.display.Image`s: in a
+        #: notebook `display(*h.figures)`), once `result()` has read them
+        self.figures: list[Image] = []
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -214,7 +218,10 @@ class JobHandle:
                 raise NoResult(job) from None
             raise
         value = load_result(data)
-        if isinstance(value, SimpleNamespace) and getattr(value, NOT_KEPT_MARK, None) == 1:
+        if _marked(value, FIGURES_MARK):
+            self.figures = [Image(data=png, format="png") for png in value.figures]
+            value = load_result(value.value)
+        if _marked(value, NOT_KEPT_MARK):
             raise ValueNotKept(job, value)
         return value
 
@@ -243,6 +250,11 @@ class JobHandle:
         gpus = job.get("gpus") or 0
         on = f" on {gpus} GPU{'s' if gpus != 1 else ''}" if job.get("state") == "running" else ""
         return f"<schedulearn job {self.id} {self.name!r} {job.get('state')}{on}>"
+
+
+def _marked(value: Any, mark: str) -> bool:
+    """`value` is the job's stand-in or envelope with `mark` (`cell_runner`), not the cell's own value."""
+    return isinstance(value, SimpleNamespace) and getattr(value, mark, None) == 1
 
 
 def load_result(data: Any) -> Any:

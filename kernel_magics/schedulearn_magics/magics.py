@@ -373,7 +373,8 @@ class SchedulearnMagics(Magics):
                 quiet: bool = False) -> Any:
         """The cell's value: the job's result (also stored in `out`); None when the cell ends
         with `;` (IPython's own check reads the magic's call, not the cell, so it showed it), and
-        a line on stderr when the value could not be pickled (`ValueNotKept`, raised with `out`)."""
+        a line on stderr when the value could not be pickled (`ValueNotKept`, raised with `out`);
+        the figures the cell showed are displayed first."""
         if job["state"] != "succeeded":
             tail = ""
             # the log is on screen already unless a widget showed none of it
@@ -386,10 +387,12 @@ class SchedulearnMagics(Magics):
         try:
             value = self._call(handle.result)
         except ValueNotKept as e:
+            display(*handle.figures)
             if out:  # a value asked for by name: the cell fails, as a missing one would
                 raise
             print(f"ValueNotKept: {e}", file=sys.stderr)  # the job's work stands: a line, not an error
             return None
+        display(*handle.figures)  # what `plt.show()` showed in the job, as the inline backend would
         if out:
             self.shell.user_ns[out] = value
         return None if quiet else value

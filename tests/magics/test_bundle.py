@@ -303,6 +303,42 @@ def test_what_the_cell_holds_is_released_after_its_exit_handlers(tmp_path: Path)
     assert proc.stdout == "exit handler sees Held\nreleased before finalizing\n", (proc.stdout, proc.stderr)
 
 
+FIGURES_CELL = """\
+import matplotlib.pyplot as plt
+for epoch in range(2):
+    plt.plot([1, 2, 3][epoch:])
+    plt.show()  # rendered and closed here, as the inline backend does
+plt.figure()  # no axes: nothing to show
+fig, ax = plt.subplots()
+ax.plot([3, 2, 1])
+"""
+
+
+def test_the_figures_a_cell_shows_come_back_beside_its_value(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script(FIGURES_CELL + "len(plt.get_fignums())"), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    envelope = result_of(tmp_path / "j")
+    assert getattr(envelope, cell_runner.FIGURES_MARK) == 1
+    assert pickle.loads(envelope.value) == 2  # the figures still open at the cell's last line
+    assert len(envelope.figures) == 3  # two shown, the one open at the end; not the empty one
+    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in envelope.figures)
+    proc = run_script(bundle.build_script(FIGURES_CELL + "fig;", keep_value=False), tmp_path / "q")
+    envelope = result_of(tmp_path / "q")
+    assert pickle.loads(envelope.value) is None and len(envelope.figures) == 3  # `plt.plot(x);` still shows
+
+
+def test_a_cell_keeps_the_first_figures_and_says_how_many_more(tmp_path: Path) -> None:
+    many = cell_runner.MAX_FIGURES + 2
+    cell_text = f"import matplotlib.pyplot as plt\nfor i in range({many}):\n    plt.plot([i])\n" \
+                "    plt.show()\n"
+    proc = run_script(bundle.build_script(cell_text + "'done'"), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (f"schedulearn: the cell showed {many} figures; "
+                                            f"the first {cell_runner.MAX_FIGURES} come back")
+    envelope = result_of(tmp_path / "j")
+    assert len(envelope.figures) == cell_runner.MAX_FIGURES and pickle.loads(envelope.value) == "done"
+
+
 def test_a_value_no_pickle_takes_leaves_the_job_succeeded_with_a_stand_in(tmp_path: Path) -> None:
     """The training that made the value stands: the job succeeds, says why on stderr, and hands
     back a stand-in (type, why, the start of its repr) that unpickles without Schedulearn."""

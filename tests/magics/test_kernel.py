@@ -4,6 +4,7 @@ Cancel button is heard during the wait, and a kernel interrupt cancels the job."
 
 from __future__ import annotations
 
+import base64
 import queue
 import time
 from typing import Any
@@ -182,3 +183,26 @@ def test_the_runs_of_one_cell_are_one_job_to_the_history(kernel: tuple[Any, Any]
     assert "eta_s" not in seen[new["id"]], seen[new["id"]]  # not from the user's other jobs
     for j in (second, new):
         wait_job(client, j["name"], "succeeded")
+
+
+def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any]) -> None:
+    """`plt.show()` in the job (and the figures still open at its end) reach the notebook as
+    images, as IPython's inline backend shows them; a `;` cell shows its figure too. A figure that
+    is the cell's value comes back as the value, closed: it does not join the kernel's pyplot
+    figures (the inline backend would show it again at the end of a later cell)."""
+    _, kc = kernel
+    drain(kc)
+    code = ("%%schedulearn --name plots\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
+            "fig, ax = plt.subplots()\nax.plot([2, 1])\nfig")
+    reply, iopub = collect_until_reply(kc, kc.execute(code))
+    assert reply["status"] == "ok", reply
+    images = [m["content"]["data"]["image/png"] for m in iopub
+              if m["msg_type"] == "display_data" and "image/png" in m["content"]["data"]]
+    assert len(images) == 2 and all(base64.b64decode(png).startswith(b"\x89PNG") for png in images)
+    results = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "execute_result"]
+    assert results == ["<Figure size 640x480 with 1 Axes>"]  # (and its image, where the kernel draws one)
+    _, iopub = collect_until_reply(kc, kc.execute("import matplotlib.pyplot as p\nprint(p.get_fignums())"))
+    assert "[]" in "".join(m["content"].get("text", "") for m in iopub if m["msg_type"] == "stream")
+    quiet = "%%schedulearn\nimport matplotlib.pyplot as p\np.plot([1]);"
+    _, iopub = collect_until_reply(kc, kc.execute(quiet))
+    assert [m["msg_type"] for m in iopub if "image/png" in m["content"].get("data", {})] == ["display_data"]

@@ -90,6 +90,15 @@ def test_a_value_no_pickle_takes_is_one_line_and_the_job_succeeds(
         JobHandle(client, client.job(job["id"])).result()
 
 
+def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell) -> None:
+    r = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n'plotted'")
+    handle = r.result
+    assert handle.figures == []  # nothing read yet
+    assert handle.result(timeout=60) == "plotted"
+    assert [type(f).__name__ for f in handle.figures] == ["Image"]
+    assert handle.figures[0].data.startswith(b"\x89PNG")
+
+
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:
     r = cell(shell, "--no-wait -o h", "import time\nprint('working', flush=True)\ntime.sleep(1.5)\n'done'")
     assert r.success, r.error_in_exec

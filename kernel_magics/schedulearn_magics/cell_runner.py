@@ -9,9 +9,10 @@ ends) does, in the job's `main.py`:
 2. loads the `--vars` into the script's globals;
 3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept; a top-level `await` runs the cell in an event loop (as
-   IPython's autoawait); an exception prints the cell's part of its traceback and ends the job
-   with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status
-   N, and `sys.exit()` / `sys.exit(0)` succeeds with the value None;
+   IPython's autoawait); an exception prints the cell's part of its traceback (an `input()`,
+   which a job cannot answer, says so) and ends the job with status 1 (130 for a
+   KeyboardInterrupt); `sys.exit(N)` ends it with status N, and `sys.exit()` / `sys.exit(0)`
+   succeeds with the value None;
 4. functions and classes the cell defines reach the processes it starts with `spawn` or
    `forkserver` (`torch.multiprocessing.spawn`, a `DataLoader` or `Pool` of such a context):
    those processes import the job's script as `__mp_main__`, which does not run the cell, so
@@ -101,6 +102,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != CELL_FILENAME:
             tb = tb.tb_next
+        if isinstance(e, EOFError) and e.args == (INPUT_EOF,):  # `input()`: say why, where it was called
+            e = EOFError(NO_ONE_TO_ANSWER)
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
@@ -108,6 +111,13 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         # kernel's pyplot figures when it is unpickled there, so the inline backend shows it no more)
         data = FIGURES.with_figures(dumps(value if keep_value else None))
         write_result(data, os.path.join(job_dir, result_file))
+
+
+#: What `input()` raises at the end of its stdin, and what the cell's traceback says instead: a
+#: job reads no keyboard (no executor gives it a stdin), which a bare EOFError does not tell.
+INPUT_EOF = "EOF when reading a line"
+NO_ONE_TO_ANSWER = ("input() has no one to answer it in a job (a job has no stdin): set the value in the "
+                    "cell, or pass it with --env NAME=VALUE and read os.environ['NAME']")
 
 
 #: `inspect.CO_COROUTINE` (inspect itself is a large import): the code has a top-level `await`.

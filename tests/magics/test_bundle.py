@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernel_magics"))
 
+from schedulearn.joblogs import failure_reason  # noqa: E402
 from schedulearn_magics import bundle, cell_runner  # noqa: E402
 from schedulearn_magics.bundle import BundleError, detect_launcher  # noqa: E402
 
@@ -106,7 +107,7 @@ def run_script(script: str, job_dir: Path, env: dict[str, str] | None = None) ->
         if key not in (env or {}):
             full_env.pop(key, None)
     return subprocess.run([sys.executable, "main.py"], cwd=job_dir, env=full_env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)  # a job reads no keyboard
 
 
 
@@ -263,6 +264,22 @@ def test_error_in_cell_fails_with_cell_traceback(tmp_path: Path) -> None:
     assert 'File "<schedulearn-cell>", line 2, in f' in proc.stderr
     assert "return 1 / 0" in proc.stderr  # the cell's own line is shown
     assert not (tmp_path / "j" / bundle.RESULT_FILE).exists()
+
+
+def test_an_input_the_job_cannot_answer_says_so_where_the_cell_called_it(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script("x = 1\nname = input('run name? ')\n"), tmp_path / "j")
+    assert proc.returncode == 1
+    assert 'File "<schedulearn-cell>", line 2' in proc.stderr and "name = input(" in proc.stderr
+    said = f"EOFError: {cell_runner.NO_ONE_TO_ANSWER}"
+    assert proc.stderr.rstrip().splitlines()[-1] == said
+    assert failure_reason(proc.stdout + proc.stderr) == said  # the line the notebook's JobFailed shows
+    # the cell's own EOFError stays its own, and a cell that expects the end of input still gets it
+    proc = run_script(bundle.build_script("raise EOFError('mine')"), tmp_path / "k")
+    assert proc.stderr.rstrip().splitlines()[-1] == "EOFError: mine"
+    cell = "try:\n    name = input()\nexcept EOFError:\n    name = 'default'\nname"
+    proc = run_script(bundle.build_script(cell), tmp_path / "m")
+    assert proc.returncode == 0, proc.stderr
+    assert result_of(tmp_path / "m") == "default"
 
 
 def test_the_cell_ends_like_every_job_and_signs_its_result(tmp_path: Path) -> None:

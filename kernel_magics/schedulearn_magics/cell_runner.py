@@ -12,7 +12,8 @@ ends) does, in the job's `main.py`:
    IPython's autoawait); an exception prints the cell's part of its traceback (an `input()`,
    which a job cannot answer, says so) and ends the job with status 1 (130 for a
    KeyboardInterrupt); `sys.exit(N)` ends it with status N, and `sys.exit()` / `sys.exit(0)`
-   succeeds with the value None;
+   succeeds with the value None; a `breakpoint()` is skipped, and said, unless
+   `$PYTHONBREAKPOINT` names a debugger (`skip_breakpoint`);
 4. functions and classes the cell defines reach the processes it starts with `spawn` or
    `forkserver` (`torch.multiprocessing.spawn`, a `DataLoader` or `Pool` of such a context):
    those processes import the job's script as `__mp_main__`, which does not run the cell, so
@@ -69,6 +70,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
     with `;`)."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
     os.environ.setdefault("MPLBACKEND", "agg")  # no window: `plt.show()` hands figures back
+    if "PYTHONBREAKPOINT" not in os.environ:  # (a debugger that listens, e.g. remote_pdb, is the user's)
+        sys.breakpointhook = skip_breakpoint
     if after_import is not None:
         after_import("multiprocessing.spawn", share_definitions)
         after_import("matplotlib.pyplot", FIGURES.keep_shown)
@@ -239,6 +242,24 @@ def dumps(value: Any) -> bytes:
         sys.stderr.write(f"schedulearn: the cell's value ({standin.type}) cannot be pickled: "
                          f"{standin.error}; the job succeeds without it\n")
         return pickle.dumps(standin, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: The places whose `breakpoint()` has been said to be skipped (said once each, not at every step).
+_SKIPPED: set[tuple[str, int]] = set()
+
+
+def skip_breakpoint(*args: Any, **kwargs: Any) -> None:
+    """`breakpoint()` in a job: pdb would read its commands from a stdin the job does not have,
+    quit at once and fail the job (`bdb.BdbQuit`), perhaps hours into its training; so the job
+    goes on, and says once per place that it did."""
+    caller = sys._getframe(1)
+    place = (caller.f_code.co_filename, caller.f_lineno)
+    if place in _SKIPPED:
+        return
+    _SKIPPED.add(place)
+    where = f"line {place[1]} of the cell" if place[0] == CELL_FILENAME else f"{place[0]}:{place[1]}"
+    sys.stderr.write(f"schedulearn: breakpoint() at {where} skipped: a job has no terminal for a debugger "
+                     "(--env PYTHONBREAKPOINT=... names one that listens, e.g. remote_pdb.set_trace)\n")
 
 
 #: The most figures a cell hands back; later ones are counted and said, not kept.

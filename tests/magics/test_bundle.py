@@ -282,6 +282,21 @@ def test_an_input_the_job_cannot_answer_says_so_where_the_cell_called_it(tmp_pat
     assert result_of(tmp_path / "m") == "default"
 
 
+def test_a_breakpoint_the_job_cannot_stop_at_is_skipped_and_said_once_per_place(tmp_path: Path) -> None:
+    cell = "def step(i):\n    breakpoint()\n    return i\ntotal = 0\nfor i in range(3):\n" \
+           "    total += step(i)\nbreakpoint()\ntotal"
+    proc = run_script(bundle.build_script(cell), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr  # pdb would have quit at once: bdb.BdbQuit
+    assert result_of(tmp_path / "j") == 3
+    said = [ln for ln in proc.stderr.splitlines() if "breakpoint()" in ln]
+    assert [ln.split(" skipped")[0] for ln in said] == [
+        "schedulearn: breakpoint() at line 2 of the cell", "schedulearn: breakpoint() at line 7 of the cell"]
+    # a debugger the job names is the one called
+    proc = run_script(bundle.build_script("breakpoint('to the hook')\n1"), tmp_path / "k",
+                      {"PYTHONBREAKPOINT": "builtins.print"})
+    assert proc.returncode == 0 and "to the hook" in proc.stdout and "skipped" not in proc.stderr
+
+
 def test_the_cell_ends_like_every_job_and_signs_its_result(tmp_path: Path) -> None:
     """The script embeds `schedulearn/run.py` (one implementation): the cell's status is the exit
     status, a process group the cell left is destroyed before exit, the result is signed with

@@ -71,6 +71,12 @@ def test_quickstart_runs_end_to_end(server: LiveServer, client: Client, tmp_path
     shown = text(next(i for i, s in enumerate(sources) if s.startswith("%%schedulearn --deadline")))
     assert "deadline in 10 min" in shown and shown.strip().endswith("'20 steps done'"), shown
     assert "rank 1/2 step 0" in client.logs(by_name["ddp-quickstart"]["id"])
+    plotted = next(i for i, s in enumerate(sources) if s.startswith("%%schedulearn --name plot-quickstart"))
+    shown_kinds = [o.output_type for o in nb.cells[plotted].outputs if "image/png" in o.get("data", {})]
+    assert shown_kinds == ["display_data"], nb.cells[plotted].outputs  # the loss curve, once
+    assert text(plotted).index("Image object") < text(plotted).index("'learned w = "), text(plotted)
+    value = text(plotted).strip().rsplit("'learned w = ", 1)[1]
+    assert abs(float(value.rstrip("'")) - 3.0) < 0.05, text(plotted)  # the value, after the figure
 
     # Widgets were shown (a widget frontend: nbclient keeps their state): the job views ended
     # 'succeeded', and the queue widget's dropdown lists the server's policies.

@@ -28,7 +28,8 @@ ends) does, in the job's `main.py`:
    and its result is a stand-in saying so (`not_kept`), which the notebook turns into one line;
 6. the matplotlib figures the cell shows come back, as with IPython's inline backend: rank 0
    renders each figure open at a `plt.show()`, and those still open when the cell ends, as PNG,
-   then closes them (`Figures`); the result then carries them beside the value (`with_figures`).
+   then closes them (`Figures`); the result then carries them beside the value (`with_figures`),
+   and a cell that raised leaves a result with the figures it showed and no value.
 
 Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
 the bundle embeds this file's source, since the job may run where neither package is installed
@@ -108,6 +109,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         if isinstance(e, EOFError) and e.args == (INPUT_EOF,):  # `input()`: say why, where it was called
             e = EOFError(NO_ONE_TO_ANSWER)
         traceback.print_exception(type(e), e, tb or e.__traceback__)
+        if isinstance(e, Exception) and rank() == 0 and write_result is not None:
+            FIGURES.after_failure(os.path.join(job_dir, result_file), write_result)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
         FIGURES.take_open()  # (before the value is pickled: a figure in it, closed, does not join the
@@ -299,6 +302,16 @@ class Figures:
                 fig.savefig(buf, format="png", bbox_inches="tight")
                 self.png.append(buf.getvalue())
         pyplot.close("all")
+
+    def after_failure(self, path: str, write_result: Callable[[bytes, str], None]) -> None:
+        """The cell raised: the figures it showed until then still come back (as the inline backend
+        shows them beside a traceback), in a result with no value; none shown, no result."""
+        try:
+            self.take_open()
+            if self.png:
+                write_result(self.with_figures(dumps(None)), path)
+        except Exception as e:  # the cell's own error is the one that counts
+            sys.stderr.write(f"schedulearn: the cell's figures could not be kept: {type(e).__name__}: {e}\n")
 
     def with_figures(self, value: bytes) -> bytes:
         """The result: the pickled value alone, or with the figures beside it (a `SimpleNamespace`,

@@ -210,6 +210,7 @@ class JobHandle:
                 tail = self.logs(tail=20) if job["state"] == "failed" else ""
             except Exception:
                 pass
+            self.read_figures_of_failure(job)
             raise job_ended_without_result(job, tail, self.cancelled_by_you)
         try:
             data = self.client.result(self.id)
@@ -217,12 +218,26 @@ class JobHandle:
             if e.status == 404:  # (a 409, a forged result, keeps the server's words)
                 raise NoResult(job) from None
             raise
-        value = load_result(data)
+        value = self._unwrap(load_result(data))
+        if _marked(value, NOT_KEPT_MARK):
+            raise ValueNotKept(job, value)
+        return value
+
+    def read_figures_of_failure(self, job: dict[str, Any]) -> None:
+        """A failed job's `figures`: those its cell showed before it raised (its result, then,
+        carries them and no value); none for another end, or where there is no such result."""
+        if job["state"] != "failed":
+            return
+        try:
+            self._unwrap(load_result(self.client.result(self.id)))
+        except ClientError:
+            pass
+
+    def _unwrap(self, value: Any) -> Any:
+        """The cell's value, its figures (`cell_runner.Figures`) kept in `figures`."""
         if _marked(value, FIGURES_MARK):
             self.figures = [Image(data=png, format="png") for png in value.figures]
             value = load_result(value.value)
-        if _marked(value, NOT_KEPT_MARK):
-            raise ValueNotKept(job, value)
         return value
 
     def _ipython_display_(self) -> None:

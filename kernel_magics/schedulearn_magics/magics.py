@@ -383,6 +383,8 @@ class SchedulearnMagics(Magics):
                     tail = handle.logs(tail=20)
                 except Exception:
                     tail = ""
+            handle.read_figures_of_failure(job)
+            display(*handle.figures)  # what the cell showed before it raised
             raise job_ended_without_result(job, tail, handle.cancelled_by_you)
         try:
             value = self._call(handle.result)

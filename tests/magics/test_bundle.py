@@ -359,6 +359,20 @@ def test_the_figures_a_cell_shows_come_back_beside_its_value(tmp_path: Path) -> 
     assert pickle.loads(envelope.value) is None and len(envelope.figures) == 3  # `plt.plot(x);` still shows
 
 
+def test_a_cell_that_raises_still_hands_back_the_figures_it_showed(tmp_path: Path) -> None:
+    proc = run_script(bundle.build_script(FIGURES_CELL + "raise FloatingPointError('loss is nan')"),
+                      tmp_path / "j")
+    assert proc.returncode == 1 and proc.stderr.rstrip().endswith("FloatingPointError: loss is nan")
+    envelope = result_of(tmp_path / "j")  # the figures, as the inline backend shows them beside a traceback
+    assert pickle.loads(envelope.value) is None and len(envelope.figures) == 3
+    proc = run_script(bundle.build_script("import matplotlib.pyplot as plt\nplt.figure()\n1 / 0"),
+                      tmp_path / "k")  # nothing shown: no result, as for any failed cell
+    assert proc.returncode == 1 and not (tmp_path / "k" / bundle.RESULT_FILE).exists()
+    proc = run_script(bundle.build_script(FIGURES_CELL + "raise SystemExit(3)"), tmp_path / "m")
+    assert proc.returncode == 3  # an exit, not an error: the cell chose its end
+    assert not (tmp_path / "m" / bundle.RESULT_FILE).exists()
+
+
 def test_a_cell_keeps_the_first_figures_and_says_how_many_more(tmp_path: Path) -> None:
     many = cell_runner.MAX_FIGURES + 2
     cell_text = f"import matplotlib.pyplot as plt\nfor i in range({many}):\n    plt.plot([i])\n" \

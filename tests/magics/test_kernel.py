@@ -206,3 +206,9 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any])
     quiet = "%%schedulearn\nimport matplotlib.pyplot as p\np.plot([1]);"
     _, iopub = collect_until_reply(kc, kc.execute(quiet))
     assert [m["msg_type"] for m in iopub if "image/png" in m["content"].get("data", {})] == ["display_data"]
+    failing = "%%schedulearn\nimport matplotlib.pyplot as p\np.plot([3, 1, 2])\nraise ValueError('diverged')"
+    reply, iopub = collect_until_reply(kc, kc.execute(failing))
+    assert reply["status"] == "error" and "ValueError: diverged" in "".join(reply["traceback"]), reply
+    shown = [m["msg_type"] for m in iopub
+             if m["msg_type"] == "error" or "image/png" in m["content"].get("data", {})]
+    assert shown == ["display_data", "error"]  # the curve the cell drew, then why it failed

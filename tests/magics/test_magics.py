@@ -97,6 +97,11 @@ def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell) -> N
     assert handle.result(timeout=60) == "plotted"
     assert [type(f).__name__ for f in handle.figures] == ["Image"]
     assert handle.figures[0].data.startswith(b"\x89PNG")
+    failing = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                                       "raise ValueError('nan')")
+    with pytest.raises(JobFailed, match="ValueError: nan"):
+        failing.result.result(timeout=60)
+    assert len(failing.result.figures) == 1  # what the cell showed before it raised
 
 
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:

@@ -328,6 +328,24 @@ def test_submit_checks_the_spec_with_the_model_before_anything_is_sent():
     assert build_spec(args)["resize"] == "in-place"  # what is sent
 
 
+def test_submit_env_takes_a_value_or_this_shells_value_of_a_name(monkeypatch):
+    """`--env KEY` alone is this shell's value of KEY, as `docker run -e KEY`; a KEY the shell
+    does not have is one line, nothing sent."""
+    from schedulearn.cli import build_parser
+    from schedulearn.client import ClientError
+    from schedulearn.client_cli import build_spec
+    monkeypatch.setenv("WANDB_API_KEY", "k-1=2")
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    args = build_parser().parse_args(["submit", "--env", "WANDB_API_KEY", "--env", "A=b=c", "--", "t"])
+    assert build_spec(args)["env"] == {"WANDB_API_KEY": "k-1=2", "A": "b=c"}
+    args = build_parser().parse_args(["submit", "--env", "NOT_SET_HERE", "--", "t"])
+    with pytest.raises(ClientError, match="^env: expected KEY=VALUE, or KEY alone for a variable this shell "
+                                          "has, got 'NOT_SET_HERE'$"):
+        build_spec(args)
+    p = cli("submit", "--url", "http://127.0.0.1:9/", "--env", "=x", "--", "true")
+    assert (p.returncode, p.stderr.count("\n")) == (1, 1) and "env: expected KEY=VALUE" in p.stderr
+
+
 def test_submit_refuses_arguments_that_a_script_would_never_get(tmp_path):
     """`--script train.py -- 600 1` ran the script without its arguments (a job that failed on
     `sys.argv[1]`): a script carries no argv, so the arguments are refused, naming the way."""

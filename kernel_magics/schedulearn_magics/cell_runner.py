@@ -10,10 +10,10 @@ ends) does, in the job's `main.py`:
 3. runs the cell as `__main__`, the way IPython does: the last statement, if it is an
    expression, is evaluated and kept; a top-level `await` runs the cell in an event loop (as
    IPython's autoawait); an exception prints the cell's part of its traceback (an `input()`,
-   which a job cannot answer, says so) and ends the job with status 1 (130 for a
-   KeyboardInterrupt); `sys.exit(N)` ends it with status N, and `sys.exit()` / `sys.exit(0)`
-   succeeds with the value None; a `breakpoint()` is skipped, and said, unless
-   `$PYTHONBREAKPOINT` names a debugger (`skip_breakpoint`);
+   which a job cannot answer, says so, and a missing `os.environ[...]` how to pass it) and ends
+   the job with status 1 (130 for a KeyboardInterrupt); `sys.exit(N)` ends it with status N,
+   and `sys.exit()` / `sys.exit(0)` succeeds with the value None; a `breakpoint()` is skipped,
+   and said, unless `$PYTHONBREAKPOINT` names a debugger (`skip_breakpoint`);
 4. functions and classes the cell defines reach the processes it starts with `spawn` or
    `forkserver` (`torch.multiprocessing.spawn`, a `DataLoader` or `Pool` of such a context):
    those processes import the job's script as `__mp_main__`, which does not run the cell, so
@@ -109,6 +109,9 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         if isinstance(e, EOFError) and e.args == (INPUT_EOF,):  # `input()`: say why, where it was called
             e = EOFError(NO_ONE_TO_ANSWER)
         traceback.print_exception(type(e), e, tb or e.__traceback__)
+        if isinstance(e, KeyError) and _raised_by_environ(e):
+            sys.stderr.write(f"schedulearn: a job's environment is not the notebook's: --env {e.args[0]} "
+                             "passes the notebook's value of it, --env NAME=VALUE another\n")
         if isinstance(e, Exception) and rank() == 0 and write_result is not None:
             FIGURES.after_failure(os.path.join(job_dir, result_file), write_result)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
@@ -124,6 +127,16 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
 INPUT_EOF = "EOF when reading a line"
 NO_ONE_TO_ANSWER = ("input() has no one to answer it in a job (a job has no stdin): set the value in the "
                     "cell, or pass it with --env NAME=VALUE and read os.environ['NAME']")
+
+
+def _raised_by_environ(e: KeyError) -> bool:
+    """`os.environ[name]` raised `e`: a variable the notebook has, perhaps, and the job not."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (tb is not None and tb.tb_frame.f_code.co_name == "__getitem__"
+            and tb.tb_frame.f_globals.get("__name__") == "os"
+            and len(e.args) == 1 and isinstance(e.args[0], str))
 
 
 #: `inspect.CO_COROUTINE` (inspect itself is a large import): the code has a top-level `await`.

@@ -63,12 +63,16 @@ _GPU_FIELDS = re.compile(r"\b(min_gpus|max_gpus|gpus)\b")
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
-    """`--env K=V` options -> a dict (the names are the model's to check)."""
+    """`--env K=V` and `--env K` (the kernel's value of K, as `docker run -e K`) options -> a dict
+    (the names are the model's to check)."""
     env: dict[str, str] = {}
     for pair in pairs or []:
         key, eq, value = pair.partition("=")
         if not eq:
-            raise UsageError(f"--env: expected K=V with K a variable name, got {pair!r}")
+            if key not in os.environ:
+                raise UsageError(f"--env: {key!r} is not set in this kernel's environment; expected K=V, "
+                                 f"or K alone for a variable the kernel has")
+            value = os.environ[key]
         env[key] = value
     return env
 
@@ -135,7 +139,8 @@ class SchedulearnMagics(Magics):
                    "(Horovod Elastic: the cell uses hvd.elastic; see docs/resize.md)")
     @argument("--image", default=None, help="Docker image (Docker executor)")
     @argument("--name", default=None, help="job name (default: the notebook and cell number)")
-    @argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
+    @argument("--env", action="append", metavar="K=V",
+              help="environment variable for the job (repeatable); K alone: the kernel's value of K")
     @argument("--files", action="append", metavar="PATH",
               help="file or folder to ship (repeatable); the cell then runs in its own job directory, where "
                    "they are unpacked, instead of the notebook's folder")

@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", metavar="DURATION",
                    help="stop the job when it has run this long (90, 90s, 10m, 2h, 1h30m; its runs together, "
                         "not its time in the queue): it fails with exit code 124")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment (repeat)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment (repeat); KEY alone: this shell's value of KEY")
     p.add_argument("--script", type=Path, help="a Python file to run (instead of a command)")
     p.add_argument("--spec", type=Path, help="a JobSpec JSON file; flags override its fields")
     p.add_argument("--wait", action="store_true",
@@ -253,8 +254,11 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             raise ClientError(str(e)) from None
     for item in args.env:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ClientError(f"env: expected KEY=VALUE, got {item!r}")
+        if not sep and key in os.environ:  # as `docker run -e KEY`: this shell's value
+            value = os.environ[key]
+        elif not sep or not key:
+            raise ClientError(f"env: expected KEY=VALUE, or KEY alone for a variable this shell has, "
+                              f"got {item!r}")
         spec.setdefault("env", {})[key] = value
     if "command" not in spec and "script" not in spec:
         raise ClientError("command: give a command after -- or --script FILE (or --spec FILE)")

@@ -282,6 +282,22 @@ def test_an_input_the_job_cannot_answer_says_so_where_the_cell_called_it(tmp_pat
     assert result_of(tmp_path / "m") == "default"
 
 
+def test_a_variable_the_jobs_environment_lacks_says_how_to_pass_it(tmp_path: Path) -> None:
+    cell = "import os\nkey = os.environ['NOT_IN_THE_JOB']\n"
+    proc = run_script(bundle.build_script(cell), tmp_path / "j", {"NOT_IN_THE_JOB": ""})
+    assert proc.returncode == 0, proc.stderr  # (there, it is)
+    env = {k: v for k, v in os.environ.items() if k != "NOT_IN_THE_JOB"}
+    proc = subprocess.run([sys.executable, "main.py"], cwd=tmp_path / "j", env=env, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    lines = proc.stderr.rstrip().splitlines()
+    assert lines[-2:] == ["KeyError: 'NOT_IN_THE_JOB'",
+                          "schedulearn: a job's environment is not the notebook's: --env NOT_IN_THE_JOB "
+                          "passes the notebook's value of it, --env NAME=VALUE another"]
+    proc = run_script(bundle.build_script("{}['k']"), tmp_path / "k")  # any other KeyError: as it is
+    assert proc.stderr.rstrip().splitlines()[-1] == "KeyError: 'k'"
+
+
 def test_a_breakpoint_the_job_cannot_stop_at_is_skipped_and_said_once_per_place(tmp_path: Path) -> None:
     cell = "def step(i):\n    breakpoint()\n    return i\ntotal = 0\nfor i in range(3):\n" \
            "    total += step(i)\nbreakpoint()\ntotal"

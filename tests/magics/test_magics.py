@@ -172,11 +172,14 @@ def test_a_cell_runs_in_the_notebooks_folder(shell: InteractiveShell, client: Cl
     assert left == ["labels.csv", "model.py", "out.txt"]  # --files left nothing here
 
 
-def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: Client) -> None:
-    r = cell(shell, "--env GREETING=hello --env 'SPACED=a b' --gpus 2 --priority 5",
-             "import os\n(os.environ['GREETING'], os.environ['SPACED'], os.environ['SCHEDULEARN_NUM_GPUS'])")
+def test_env_priority_and_gpus_reach_the_spec(shell: InteractiveShell, client: Client,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FROM_KERNEL", "kernel's")  # `--env NAME` alone: the kernel's value
+    r = cell(shell, "--env GREETING=hello --env 'SPACED=a b' --env FROM_KERNEL --gpus 2 --priority 5",
+             "import os\n(os.environ['GREETING'], os.environ['SPACED'], os.environ['SCHEDULEARN_NUM_GPUS'], "
+             "os.environ['FROM_KERNEL'])")
     assert r.success, r.error_in_exec
-    assert r.result == ("hello", "a b", "2")
+    assert r.result == ("hello", "a b", "2", "kernel's")
     spec = client.jobs()[-1]["spec"]
     assert spec["priority"] == 5 and spec["gpus"] == 2
 
@@ -376,7 +379,8 @@ def test_the_text_view_shows_the_end_of_a_log_written_fast_at_the_end(
         ("--vars nope", "1", "--vars: no variable named 'nope' in the notebook"),
         ("--vars lock", "1", "--vars: 'lock' cannot be pickled"),
         ("--files missing.bin", "1", "--files: no such file or folder: 'missing.bin'"),
-        ("--env NOEQUALS", "1", "--env: expected K=V"),
+        ("--env NOT_IN_THE_KERNEL", "1",
+         "--env: 'NOT_IN_THE_KERNEL' is not set in this kernel's environment; expected K=V, or K alone"),
         ("--timeout soon", "1", "--timeout: expected a duration"),
         ("--timeout 400d", "1", "--timeout: expected a duration of at most a year (365d), got '400d'"),
         ("--epochs 0", "1", "--epochs: expected an integer >= 1, got 0"),

@@ -289,6 +289,7 @@ class Figures:
 
     def __init__(self) -> None:
         self.png: list[bytes] = []
+        self.text: list[str] = []  # each one's repr, which a text-only front-end shows
         self.dropped = 0
 
     def keep_shown(self, pyplot: Any) -> None:
@@ -314,6 +315,7 @@ class Figures:
                 buf = io.BytesIO()
                 fig.savefig(buf, format="png", bbox_inches="tight")
                 self.png.append(buf.getvalue())
+                self.text.append(repr(fig))
         pyplot.close("all")
 
     def after_failure(self, path: str, write_result: Callable[[bytes, str], None]) -> None:
@@ -336,7 +338,8 @@ class Figures:
             return value
         import pickle
 
-        return pickle.dumps(types.SimpleNamespace(**{FIGURES_MARK: 1}, value=value, figures=self.png),
+        return pickle.dumps(types.SimpleNamespace(**{FIGURES_MARK: 1}, value=value, figures=self.png,
+                                                  texts=self.text),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from IPython.display import Image
 from schedulearn.client import ClientError, LogReader, Reconnecting
 
 from .cell_runner import FIGURES_MARK, NOT_KEPT_MARK
@@ -114,9 +113,9 @@ class JobHandle:
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
         self._log_reader: LogReader | None = None  # where `new_logs` goes on from
-        #: the matplotlib figures the cell showed (rank 0's, as `IPython.display.Image`s: in a
-        #: notebook `display(*h.figures)`), once `result()` has read them
-        self.figures: list[Image] = []
+        #: the matplotlib figures the cell showed (rank 0's, as `ShownFigure`s: in a notebook
+        #: `display(*h.figures)`), once `result()` has read them
+        self.figures: list[ShownFigure] = []
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -236,7 +235,8 @@ class JobHandle:
     def _unwrap(self, value: Any) -> Any:
         """The cell's value, its figures (`cell_runner.Figures`) kept in `figures`."""
         if _marked(value, FIGURES_MARK):
-            self.figures = [Image(data=png, format="png") for png in value.figures]
+            texts = getattr(value, "texts", None) or ["<Figure>"] * len(value.figures)
+            self.figures = [ShownFigure(png, text) for png, text in zip(value.figures, texts, strict=True)]
             value = load_result(value.value)
         return value
 
@@ -265,6 +265,26 @@ class JobHandle:
         gpus = job.get("gpus") or 0
         on = f" on {gpus} GPU{'s' if gpus != 1 else ''}" if job.get("state") == "running" else ""
         return f"<schedulearn job {self.id} {self.name!r} {job.get('state')}{on}>"
+
+
+class ShownFigure:
+    """A figure the job's cell showed: its PNG in a notebook, and in a text-only front-end what
+    the inline backend's figure says (`<Figure size 640x480 with 1 Axes>`)."""
+
+    def __init__(self, png: bytes, text: str):
+        self.png = png
+        self.text = text
+
+    def _repr_png_(self) -> bytes:
+        return self.png
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def save(self, path: str) -> None:
+        """Write the PNG to `path`."""
+        with open(path, "wb") as f:
+            f.write(self.png)
 
 
 def _marked(value: Any, mark: str) -> bool:

@@ -199,6 +199,9 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any])
     images = [m["content"]["data"]["image/png"] for m in iopub
               if m["msg_type"] == "display_data" and "image/png" in m["content"]["data"]]
     assert len(images) == 2 and all(base64.b64decode(png).startswith(b"\x89PNG") for png in images)
+    texts = [m["content"]["data"]["text/plain"] for m in iopub
+             if m["msg_type"] == "display_data" and "image/png" in m["content"]["data"]]
+    assert texts == ["<Figure size 640x480 with 1 Axes>"] * 2  # in a text front-end, as the inline one
     results = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "execute_result"]
     assert results == ["<Figure size 640x480 with 1 Axes>"]  # (and its image, where the kernel draws one)
     _, iopub = collect_until_reply(kc, kc.execute("import matplotlib.pyplot as p\nprint(p.get_fignums())"))

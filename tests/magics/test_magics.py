@@ -90,13 +90,15 @@ def test_a_value_no_pickle_takes_is_one_line_and_the_job_succeeds(
         JobHandle(client, client.job(job["id"])).result()
 
 
-def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell) -> None:
+def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell, tmp_path: Path) -> None:
     r = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n'plotted'")
     handle = r.result
     assert handle.figures == []  # nothing read yet
     assert handle.result(timeout=60) == "plotted"
-    assert [type(f).__name__ for f in handle.figures] == ["Image"]
-    assert handle.figures[0].data.startswith(b"\x89PNG")
+    assert [repr(f) for f in handle.figures] == ["<Figure size 640x480 with 1 Axes>"]  # as the inline one's
+    assert handle.figures[0]._repr_png_().startswith(b"\x89PNG")
+    handle.figures[0].save(str(tmp_path / "curve.png"))
+    assert (tmp_path / "curve.png").read_bytes() == handle.figures[0].png
     failing = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
                                        "raise ValueError('nan')")
     with pytest.raises(JobFailed, match="ValueError: nan"):

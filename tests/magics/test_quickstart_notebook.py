@@ -74,7 +74,7 @@ def test_quickstart_runs_end_to_end(server: LiveServer, client: Client, tmp_path
     plotted = next(i for i, s in enumerate(sources) if s.startswith("%%schedulearn --name plot-quickstart"))
     shown_kinds = [o.output_type for o in nb.cells[plotted].outputs if "image/png" in o.get("data", {})]
     assert shown_kinds == ["display_data"], nb.cells[plotted].outputs  # the loss curve, once
-    assert text(plotted).index("Image object") < text(plotted).index("'learned w = "), text(plotted)
+    assert text(plotted).index("<Figure size") < text(plotted).index("'learned w = "), text(plotted)
     value = text(plotted).strip().rsplit("'learned w = ", 1)[1]
     assert abs(float(value.rstrip("'")) - 3.0) < 0.05, text(plotted)  # the value, after the figure
 

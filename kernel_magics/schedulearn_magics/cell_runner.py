@@ -97,7 +97,7 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
             value = eval(tail, namespace) if tail is not None else None
     except SystemExit as e:  # the cell ended the job: `sys.exit(0)` succeeds with no value, as in IPython
         if (e.code is None or e.code == 0) and rank() == 0 and write_result is not None:
-            FIGURES.take_open()  # (else: "no result" for a success)
+            FIGURES.at_end()  # (else: "no result" for a success)
             write_result(FIGURES.with_figures(dumps(None)), os.path.join(job_dir, result_file))
         raise
     except BaseException as e:
@@ -116,7 +116,7 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
             FIGURES.after_failure(os.path.join(job_dir, result_file), write_result)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
-        FIGURES.take_open()  # (before the value is pickled: a figure in it, closed, does not join the
+        FIGURES.at_end()  # (before the value is pickled: a figure in it, closed, does not join the
         # kernel's pyplot figures when it is unpickled there, so the inline backend shows it no more)
         data = FIGURES.with_figures(dumps(value if keep_value else None))
         write_result(data, os.path.join(job_dir, result_file))
@@ -318,15 +318,21 @@ class Figures:
                 self.text.append(repr(fig))
         pyplot.close("all")
 
+    def at_end(self) -> None:
+        """`take_open` once the cell is over: a figure that does not render (bad data in it) is
+        said, and neither fails the job after its work nor hides the cell's own error."""
+        try:
+            self.take_open()
+        except Exception as e:
+            sys.stderr.write(f"schedulearn: the cell's open figures could not be rendered: "
+                             f"{type(e).__name__}: {e}\n")
+
     def after_failure(self, path: str, write_result: Callable[[bytes, str], None]) -> None:
         """The cell raised: the figures it showed until then still come back (as the inline backend
         shows them beside a traceback), in a result with no value; none shown, no result."""
-        try:
-            self.take_open()
-            if self.png:
-                write_result(self.with_figures(dumps(None)), path)
-        except Exception as e:  # the cell's own error is the one that counts
-            sys.stderr.write(f"schedulearn: the cell's figures could not be kept: {type(e).__name__}: {e}\n")
+        self.at_end()
+        if self.png:
+            write_result(self.with_figures(dumps(None)), path)
 
     def with_figures(self, value: bytes) -> bytes:
         """The result: the pickled value alone, or with the figures beside it (a `SimpleNamespace`,

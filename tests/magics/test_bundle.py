@@ -389,6 +389,16 @@ def test_a_cell_that_raises_still_hands_back_the_figures_it_showed(tmp_path: Pat
     assert not (tmp_path / "m" / bundle.RESULT_FILE).exists()
 
 
+def test_a_figure_that_does_not_render_is_said_and_fails_nothing(tmp_path: Path) -> None:
+    cell = ("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n"  # then bad mathtext:
+            "fig, ax = plt.subplots()\nax.set_title('$\\\\frac{$')\n'trained'")
+    proc = run_script(bundle.build_script(cell), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr  # the training stands
+    assert "schedulearn: the cell's open figures could not be rendered: ValueError" in proc.stderr
+    envelope = result_of(tmp_path / "j")
+    assert pickle.loads(envelope.value) == "trained" and len(envelope.figures) == 1  # the one shown
+
+
 def test_a_cell_keeps_the_first_figures_and_says_how_many_more(tmp_path: Path) -> None:
     many = cell_runner.MAX_FIGURES + 2
     cell_text = f"import matplotlib.pyplot as plt\nfor i in range({many}):\n    plt.plot([i])\n" \

@@ -28,6 +28,9 @@ CELLS = {
     "python (sum)": "sum(range(1000))",
     "python + 1 MiB --vars": "len(blob)",
     "torch (import, 1 process)": "import torch\nfloat(torch.ones(3).sum())",
+    # the same plot, closed unseen or shown: what bringing one figure back costs, side by side
+    "matplotlib, figure closed": "import matplotlib.pyplot as plt\nplt.plot(range(100))\nplt.close('all')\n1",
+    "matplotlib, 1 figure shown": "import matplotlib.pyplot as plt\nplt.plot(range(100))\nplt.show()\n1",
 }
 
 

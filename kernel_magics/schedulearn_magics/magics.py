@@ -391,15 +391,17 @@ class SchedulearnMagics(Magics):
             handle.read_figures_of_failure(job)
             display(*handle.figures)  # what the cell showed before it raised
             raise job_ended_without_result(job, tail, handle.cancelled_by_you)
+        not_kept = None
         try:
             value = self._call(handle.result)
         except ValueNotKept as e:
-            display(*handle.figures)
-            if out:  # a value asked for by name: the cell fails, as a missing one would
-                raise
-            print(f"ValueNotKept: {e}", file=sys.stderr)  # the job's work stands: a line, not an error
-            return None
+            not_kept = e
         display(*handle.figures)  # what `plt.show()` showed in the job, as the inline backend would
+        if not_kept is not None:
+            if out:  # a value asked for by name: the cell fails, as a missing one would
+                raise not_kept
+            print(f"ValueNotKept: {not_kept}", file=sys.stderr)  # the job's work stands: a line, not an error
+            return None
         if out:
             self.shell.user_ns[out] = value
         return None if quiet else value

@@ -127,7 +127,7 @@ def _under(module: str, package: str) -> bool:
 
 
 #: What IPython adds to a kernel's builtins, which a job (plain Python) does not have.
-IPYTHON_BUILTINS = ("display", "get_ipython")
+IPYTHON_BUILTINS = ("get_ipython",)  # (`display` the job has: `cell_runner.Shown`)
 
 
 def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str] = (),
@@ -139,8 +139,8 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
     nowhere (assignment, import, def, class, `global` in a function), and the notebook has it
     (`namespace`: not a builtin, not one of IPython's own names in `hidden`, not private `_x`).
     A cell with `from m import *` or `exec` may bind anything: it is not checked. The error
-    names the fix: `--vars` for a value, an import line for a module. IPython's own builtins
-    (`display`, `get_ipython`) are refused too: a job runs plain Python. `tree`: the cell's,
+    names the fix: `--vars` for a value, an import line for a module. IPython's `get_ipython` is
+    refused too: a job runs plain Python (its `display` the job has). `tree`: the cell's,
     when the caller parsed it already (`check_syntax`)."""
     tree = tree or check_syntax(source)
     for node in ast.walk(tree):
@@ -165,8 +165,7 @@ def check_names(source: str, namespace: Mapping[str, Any], passed: Iterable[str]
         lines = "; ".join(_import_line(n, namespace[n]) for n in modules)
         fixes.append(f"{', '.join(modules)} (add {lines} to the cell)")
     if ipython:
-        instead = "; print instead, or make it the cell's last expression" if "display" in ipython else ""
-        fixes.append(f"{', '.join(ipython)} (IPython's: a job runs plain Python{instead})")
+        fixes.append(f"{', '.join(ipython)} (IPython's: a job runs plain Python)")
     raise BundleError(f"cell: a job does not see the notebook's names: {'; '.join(fixes)}")
 
 

@@ -28,8 +28,11 @@ ends) does, in the job's `main.py`:
    and its result is a stand-in saying so (`not_kept`), which the notebook turns into one line;
 6. the matplotlib figures the cell shows come back, as with IPython's inline backend: rank 0
    renders each figure open at a `plt.show()`, and those still open when the cell ends, as PNG,
-   then closes them (`Figures`); the result then carries them beside the value (`with_figures`),
-   and a cell that raised leaves a result with the figures it showed and no value.
+   then closes them; `display(obj)` (the notebook's builtin, or IPython's) keeps an object's
+   rich representations (HTML, images: `mime_bundle`) in their place among the figures, and
+   prints one that has only a text repr to the log at once (`Shown`). The result carries what
+   was shown beside the value (`with_shown`), and a cell that raised leaves a result with what
+   it showed and no value.
 
 Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
 the bundle embeds this file's source, since the job may run where neither package is installed
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import builtins
 import linecache
 import os
 import sys
@@ -75,7 +79,10 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
         sys.breakpointhook = skip_breakpoint
     if after_import is not None:
         after_import("multiprocessing.spawn", share_definitions)
-        after_import("matplotlib.pyplot", FIGURES.keep_shown)
+        after_import("matplotlib.pyplot", SHOWN.keep_shown)
+        after_import("IPython.display", SHOWN.keep_displayed)
+    if not hasattr(builtins, "display"):  # the notebook's builtin (IPython puts it there)
+        builtins.display = SHOWN.display
     sys.path.insert(0, os.getcwd())  # as in the notebook: its folder's modules import
     if files_b64:
         unpack(base64.b64decode(files_b64), os.getcwd())
@@ -97,8 +104,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
             value = eval(tail, namespace) if tail is not None else None
     except SystemExit as e:  # the cell ended the job: `sys.exit(0)` succeeds with no value, as in IPython
         if (e.code is None or e.code == 0) and rank() == 0 and write_result is not None:
-            FIGURES.at_end()  # (else: "no result" for a success)
-            write_result(FIGURES.with_figures(dumps(None)), os.path.join(job_dir, result_file))
+            SHOWN.at_end()  # (else: "no result" for a success)
+            write_result(SHOWN.with_shown(dumps(None)), os.path.join(job_dir, result_file))
         raise
     except BaseException as e:
         import traceback
@@ -113,12 +120,12 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
             sys.stderr.write(f"schedulearn: a job's environment is not the notebook's: --env {e.args[0]} "
                              "passes the notebook's value of it, --env NAME=VALUE another\n")
         if isinstance(e, Exception) and rank() == 0 and write_result is not None:
-            FIGURES.after_failure(os.path.join(job_dir, result_file), write_result)
+            SHOWN.after_failure(os.path.join(job_dir, result_file), write_result)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     if rank() == 0 and write_result is not None:
-        FIGURES.at_end()  # (before the value is pickled: a figure in it, closed, does not join the
+        SHOWN.at_end()  # (before the value is pickled: a figure in it, closed, does not join the
         # kernel's pyplot figures when it is unpickled there, so the inline backend shows it no more)
-        data = FIGURES.with_figures(dumps(value if keep_value else None))
+        data = SHOWN.with_shown(dumps(value if keep_value else None))
         write_result(data, os.path.join(job_dir, result_file))
 
 
@@ -278,19 +285,30 @@ def skip_breakpoint(*args: Any, **kwargs: Any) -> None:
                      "(--env PYTHONBREAKPOINT=... names one that listens, e.g. remote_pdb.set_trace)\n")
 
 
-#: The most figures a cell hands back; later ones are counted and said, not kept.
-MAX_FIGURES = 50
-#: The attribute that marks the result that carries figures beside the value (`with_figures`).
-FIGURES_MARK = "schedulearn_cell_figures"
+#: The most figures and displayed objects a cell hands back; later ones are counted and said, not kept.
+MAX_SHOWN = 50
+#: The attribute that marks the result that carries what the cell showed beside the value (`with_shown`).
+SHOWN_MARK = "schedulearn_cell_shown"
+#: The representations `display()` asks an object for, as IPython's formatters do, and their MIME types.
+_REPR_METHODS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
+                 ("text/latex", "_repr_latex_"), ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
+                 ("image/jpeg", "_repr_jpeg_"), ("application/json", "_repr_json_"))
 
 
-class Figures:
-    """The figures the cell showed, as PNG (rank 0's; other ranks only close theirs)."""
+class Shown:
+    """What the cell showed, in order (rank 0's; other ranks only close their figures): each
+    item ("figure", PNG, repr) or ("display", MIME bundle)."""
 
     def __init__(self) -> None:
-        self.png: list[bytes] = []
-        self.text: list[str] = []  # each one's repr, which a text-only front-end shows
+        self.items: list[tuple] = []
         self.dropped = 0
+
+    def _keep(self, make: Callable[[], tuple]) -> None:
+        """Keep the item `make()` makes, unless MAX_SHOWN are kept (counted, and not made)."""
+        if len(self.items) >= MAX_SHOWN:
+            self.dropped += 1
+        else:
+            self.items.append(make())
 
     def keep_shown(self, pyplot: Any) -> None:
         """`pyplot.show()` renders and closes the open figures, as IPython's inline backend does."""
@@ -303,20 +321,51 @@ class Figures:
         if pyplot is None:
             return
         if rank() == 0:
-            import io
-
             for num in pyplot.get_fignums():
                 fig = pyplot.figure(num)
-                if not fig.axes:
-                    continue
-                if len(self.png) >= MAX_FIGURES:
-                    self.dropped += 1
-                    continue
-                buf = io.BytesIO()
-                fig.savefig(buf, format="png", bbox_inches="tight")
-                self.png.append(buf.getvalue())
-                self.text.append(repr(fig))
+                if fig.axes:
+                    self._keep(lambda: ("figure", _png(fig), repr(fig)))  # noqa: B023 (called at once)
         pyplot.close("all")
+
+    def display(self, *objs: Any, raw: bool = False, display_id: Any = None, **ignored: Any) -> Any:
+        """The notebook's `display()` in the job: an object with a rich representation (HTML, an
+        image, a figure...) comes back to the notebook beside the value and is displayed there in
+        its place among the figures; one with only a text repr is printed to the log now (a
+        progress line, as a notebook shows it). `raw=True`: the objects are MIME bundles. With a
+        `display_id`, a handle whose `update(obj)` replaces what it displayed, in its place."""
+        at = None
+        for obj in objs:
+            at = self._show(obj, raw)
+        return _Updated(self, at, raw) if display_id is not None else None
+
+    def _show(self, obj: Any, raw: bool = False, at: int | None = None) -> int | None:
+        """Show `obj` (at `at`, in place of what was there); where it is kept, or None."""
+        if rank() != 0:
+            return None
+        bundle = dict(obj) if raw and isinstance(obj, dict) else mime_bundle(obj)
+        if set(bundle) <= {"text/plain"}:
+            print(bundle.get("text/plain", ""), flush=True)
+            return at
+        try:  # (a representation no pickle takes would fail the job at its end, after its work)
+            import pickle
+
+            pickle.dumps(bundle)
+        except Exception as e:
+            sys.stderr.write(f"schedulearn: a displayed {type(obj).__name__} does not come back: its "
+                             f"representation could not be pickled: {type(e).__name__}: {e}\n")
+            return at
+        if at is not None:
+            self.items[at] = ("display", bundle)
+            return at
+        before = len(self.items)
+        self._keep(lambda: ("display", bundle))
+        return before if len(self.items) > before else None
+
+    def keep_displayed(self, module: Any) -> None:
+        """`from IPython.display import display` in the cell gets `display` above, and a
+        `clear_output()` that clears nothing (a job has no screen; IPython's would print escapes)."""
+        module.display = self.display
+        module.clear_output = lambda wait=False: None
 
     def at_end(self) -> None:
         """`take_open` once the cell is over: a figure that does not render (bad data in it) is
@@ -328,28 +377,88 @@ class Figures:
                              f"{type(e).__name__}: {e}\n")
 
     def after_failure(self, path: str, write_result: Callable[[bytes, str], None]) -> None:
-        """The cell raised: the figures it showed until then still come back (as the inline backend
-        shows them beside a traceback), in a result with no value; none shown, no result."""
+        """The cell raised: what it showed until then still comes back (as the inline backend
+        shows figures beside a traceback), in a result with no value; nothing shown, no result."""
         self.at_end()
-        if self.png:
-            write_result(self.with_figures(dumps(None)), path)
+        if self.items:
+            write_result(self.with_shown(dumps(None)), path)
 
-    def with_figures(self, value: bytes) -> bytes:
-        """The result: the pickled value alone, or with the figures beside it (a `SimpleNamespace`,
-        which the kernel unpickles without this module)."""
+    def with_shown(self, value: bytes) -> bytes:
+        """The result: the pickled value alone, or with what the cell showed beside it (a
+        `SimpleNamespace`, which the kernel unpickles without this module)."""
         if self.dropped:
-            sys.stderr.write(f"schedulearn: the cell showed {len(self.png) + self.dropped} figures; "
-                             f"the first {MAX_FIGURES} come back\n")
-        if not self.png:
+            sys.stderr.write(f"schedulearn: the cell showed {len(self.items) + self.dropped} figures and "
+                             f"displayed objects; the first {MAX_SHOWN} come back\n")
+        if not self.items:
             return value
         import pickle
 
-        return pickle.dumps(types.SimpleNamespace(**{FIGURES_MARK: 1}, value=value, figures=self.png,
-                                                  texts=self.text),
+        return pickle.dumps(types.SimpleNamespace(**{SHOWN_MARK: 1}, value=value, shown=self.items),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
 
-FIGURES = Figures()
+SHOWN = Shown()
+
+
+class _Updated:
+    """What `display(obj, display_id=...)` returns in a job, as IPython's `DisplayHandle`."""
+
+    def __init__(self, shown: Shown, at: int | None, raw: bool):
+        self.shown, self.at, self.raw = shown, at, raw
+
+    def update(self, obj: Any, **ignored: Any) -> None:
+        self.at = self.shown._show(obj, self.raw, self.at)
+
+    def display(self, obj: Any, **ignored: Any) -> None:
+        self.at = self.shown._show(obj, self.raw)
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def mime_bundle(obj: Any) -> dict[str, Any]:
+    """`obj`'s representations by MIME type, as IPython's display formatters ask for them
+    (`_repr_mimebundle_`, `_repr_html_`, ...; looked up on its type, so that a class answering
+    every attribute is not taken at its word), a matplotlib figure as PNG, and always its repr
+    as text/plain. A representation that raises is left out."""
+    bundle: dict[str, Any] = {}
+    kind = type(obj)
+    if kind.__name__ == "Figure" and kind.__module__.startswith("matplotlib."):
+        try:
+            bundle["image/png"] = _png(obj)
+        except Exception as e:
+            sys.stderr.write(f"schedulearn: a displayed figure could not be rendered: "
+                             f"{type(e).__name__}: {e}\n")
+    method = getattr(kind, "_repr_mimebundle_", None)
+    if callable(method):
+        try:
+            data = method(obj, include=None, exclude=None)
+            data = data[0] if isinstance(data, tuple) else data
+            bundle.update(data if isinstance(data, dict) else {})
+        except Exception:
+            pass
+    for mime, name in _REPR_METHODS:
+        method = getattr(kind, name, None)
+        if mime in bundle or not callable(method):
+            continue
+        try:
+            data = method(obj)
+        except Exception:
+            continue
+        data = data[0] if isinstance(data, tuple) else data  # (data, metadata)
+        if data is not None:
+            bundle[mime] = data
+    if "text/plain" not in bundle:
+        try:
+            bundle["text/plain"] = repr(obj)
+        except Exception as e:
+            bundle["text/plain"] = f"<{kind.__name__}: its repr failed: {type(e).__name__}>"
+    return bundle
 
 
 #: The attribute that marks `not_kept`'s stand-in (`handle.ValueNotKept` reads it).

@@ -10,7 +10,7 @@ from typing import Any
 
 from schedulearn.client import ClientError, LogReader, Reconnecting
 
-from .cell_runner import FIGURES_MARK, NOT_KEPT_MARK
+from .cell_runner import NOT_KEPT_MARK, SHOWN_MARK
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -113,9 +113,10 @@ class JobHandle:
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
         self._log_reader: LogReader | None = None  # where `new_logs` goes on from
-        #: the matplotlib figures the cell showed (rank 0's, as `ShownFigure`s: in a notebook
-        #: `display(*h.figures)`), once `result()` has read them
-        self.figures: list[ShownFigure] = []
+        #: what the cell showed, in order, once `result()` has read it (rank 0's): the matplotlib
+        #: figures (`ShownFigure`) and the objects it displayed (`ShownObject`); in a notebook
+        #: `display(*h.shown)`
+        self.shown: list[ShownFigure | ShownObject] = []
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -209,7 +210,7 @@ class JobHandle:
                 tail = self.logs(tail=20) if job["state"] == "failed" else ""
             except Exception:
                 pass
-            self.read_figures_of_failure(job)
+            self.read_shown_of_failure(job)
             raise job_ended_without_result(job, tail, self.cancelled_by_you)
         try:
             data = self.client.result(self.id)
@@ -222,9 +223,9 @@ class JobHandle:
             raise ValueNotKept(job, value)
         return value
 
-    def read_figures_of_failure(self, job: dict[str, Any]) -> None:
-        """A failed job's `figures`: those its cell showed before it raised (its result, then,
-        carries them and no value); none for another end, or where there is no such result."""
+    def read_shown_of_failure(self, job: dict[str, Any]) -> None:
+        """A failed job's `shown`: what its cell showed before it raised (its result, then,
+        carries it and no value); nothing for another end, or where there is no such result."""
         if job["state"] != "failed":
             return
         try:
@@ -232,11 +233,16 @@ class JobHandle:
         except Exception:  # (no result, or one that is not for this kernel): the failure is what counts
             pass
 
+    @property
+    def figures(self) -> list[ShownFigure]:
+        """The matplotlib figures among what the cell showed."""
+        return [s for s in self.shown if isinstance(s, ShownFigure)]
+
     def _unwrap(self, value: Any) -> Any:
-        """The cell's value, its figures (`cell_runner.Figures`) kept in `figures`."""
-        if _marked(value, FIGURES_MARK):
-            texts = getattr(value, "texts", None) or ["<Figure>"] * len(value.figures)
-            self.figures = [ShownFigure(png, text) for png, text in zip(value.figures, texts, strict=True)]
+        """The cell's value; what it showed (`cell_runner.Shown`) kept in `shown`."""
+        if _marked(value, SHOWN_MARK):
+            self.shown = [ShownFigure(*item[1:]) if item[0] == "figure" else ShownObject(item[1])
+                          for item in value.shown]
             value = load_result(value.value)
         return value
 
@@ -285,6 +291,20 @@ class ShownFigure:
         """Write the PNG to `path`."""
         with open(path, "wb") as f:
             f.write(self.png)
+
+
+class ShownObject:
+    """An object the job's cell displayed (`display(df)`): its representations as the job made
+    them (HTML, an image, ...), which the notebook displays as it would have the object."""
+
+    def __init__(self, bundle: dict[str, Any]):
+        self.bundle = bundle
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle
+
+    def __repr__(self) -> str:
+        return str(self.bundle.get("text/plain", "<displayed object>"))
 
 
 def _marked(value: Any, mark: str) -> bool:

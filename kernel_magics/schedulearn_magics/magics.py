@@ -379,7 +379,7 @@ class SchedulearnMagics(Magics):
         """The cell's value: the job's result (also stored in `out`); None when the cell ends
         with `;` (IPython's own check reads the magic's call, not the cell, so it showed it), and
         a line on stderr when the value could not be pickled (`ValueNotKept`, raised with `out`);
-        the figures the cell showed are displayed first."""
+        what the cell showed (figures, `display()`) is displayed first."""
         if job["state"] != "succeeded":
             tail = ""
             # the log is on screen already unless a widget showed none of it
@@ -388,15 +388,15 @@ class SchedulearnMagics(Magics):
                     tail = handle.logs(tail=20)
                 except Exception:
                     tail = ""
-            handle.read_figures_of_failure(job)
-            display(*handle.figures)  # what the cell showed before it raised
+            handle.read_shown_of_failure(job)
+            display(*handle.shown)  # what the cell showed before it raised
             raise job_ended_without_result(job, tail, handle.cancelled_by_you)
         not_kept = None
         try:
             value = self._call(handle.result)
         except ValueNotKept as e:
             not_kept = e
-        display(*handle.figures)  # what `plt.show()` showed in the job, as the inline backend would
+        display(*handle.shown)  # its figures and displays, as the inline backend would show them
         if not_kept is not None:
             if out:  # a value asked for by name: the cell fails, as a missing one would
                 raise not_kept

@@ -366,13 +366,14 @@ def test_the_figures_a_cell_shows_come_back_beside_its_value(tmp_path: Path) -> 
     proc = run_script(bundle.build_script(FIGURES_CELL + "len(plt.get_fignums())"), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
     envelope = result_of(tmp_path / "j")
-    assert getattr(envelope, cell_runner.FIGURES_MARK) == 1
+    assert getattr(envelope, cell_runner.SHOWN_MARK) == 1
     assert pickle.loads(envelope.value) == 2  # the figures still open at the cell's last line
-    assert len(envelope.figures) == 3  # two shown, the one open at the end; not the empty one
-    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in envelope.figures)
+    assert len(envelope.shown) == 3  # two shown, the one open at the end; not the empty one
+    assert all(kind == "figure" and png.startswith(b"\x89PNG\r\n\x1a\n") and text.startswith("<Figure size")
+               for kind, png, text in envelope.shown)
     proc = run_script(bundle.build_script(FIGURES_CELL + "fig;", keep_value=False), tmp_path / "q")
     envelope = result_of(tmp_path / "q")
-    assert pickle.loads(envelope.value) is None and len(envelope.figures) == 3  # `plt.plot(x);` still shows
+    assert pickle.loads(envelope.value) is None and len(envelope.shown) == 3  # `plt.plot(x);` still shows
 
 
 def test_a_cell_that_raises_still_hands_back_the_figures_it_showed(tmp_path: Path) -> None:
@@ -380,7 +381,7 @@ def test_a_cell_that_raises_still_hands_back_the_figures_it_showed(tmp_path: Pat
                       tmp_path / "j")
     assert proc.returncode == 1 and proc.stderr.rstrip().endswith("FloatingPointError: loss is nan")
     envelope = result_of(tmp_path / "j")  # the figures, as the inline backend shows them beside a traceback
-    assert pickle.loads(envelope.value) is None and len(envelope.figures) == 3
+    assert pickle.loads(envelope.value) is None and len(envelope.shown) == 3
     proc = run_script(bundle.build_script("import matplotlib.pyplot as plt\nplt.figure()\n1 / 0"),
                       tmp_path / "k")  # nothing shown: no result, as for any failed cell
     assert proc.returncode == 1 and not (tmp_path / "k" / bundle.RESULT_FILE).exists()
@@ -396,19 +397,78 @@ def test_a_figure_that_does_not_render_is_said_and_fails_nothing(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr  # the training stands
     assert "schedulearn: the cell's open figures could not be rendered: ValueError" in proc.stderr
     envelope = result_of(tmp_path / "j")
-    assert pickle.loads(envelope.value) == "trained" and len(envelope.figures) == 1  # the one shown
+    assert pickle.loads(envelope.value) == "trained" and len(envelope.shown) == 1  # the one shown
 
 
 def test_a_cell_keeps_the_first_figures_and_says_how_many_more(tmp_path: Path) -> None:
-    many = cell_runner.MAX_FIGURES + 2
+    many = cell_runner.MAX_SHOWN + 2
     cell_text = f"import matplotlib.pyplot as plt\nfor i in range({many}):\n    plt.plot([i])\n" \
                 "    plt.show()\n"
     proc = run_script(bundle.build_script(cell_text + "'done'"), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[-1] == (f"schedulearn: the cell showed {many} figures; "
-                                            f"the first {cell_runner.MAX_FIGURES} come back")
+    assert proc.stderr.splitlines()[-1] == (f"schedulearn: the cell showed {many} figures and displayed "
+                                            f"objects; the first {cell_runner.MAX_SHOWN} come back")
     envelope = result_of(tmp_path / "j")
-    assert len(envelope.figures) == cell_runner.MAX_FIGURES and pickle.loads(envelope.value) == "done"
+    assert len(envelope.shown) == cell_runner.MAX_SHOWN and pickle.loads(envelope.value) == "done"
+
+
+DISPLAY_CELL = """\
+import matplotlib.pyplot as plt
+class Table:
+    def __init__(self, rows):
+        self.rows = rows
+    def _repr_html_(self):
+        return "<table>" + "".join(f"<tr><td>{r}</td></tr>" for r in self.rows) + "</table>"
+    def __repr__(self):
+        return f"Table({self.rows})"
+class Broken:
+    def _repr_html_(self):
+        raise RuntimeError("no html today")
+    def __getattr__(self, name):  # answers every attribute: not taken for a representation
+        return lambda *a, **k: "anything"
+for epoch in range(2):
+    display(f"epoch {epoch}")  # a text alone: a log line now, as a progress line
+    display(Table([epoch]))
+plt.plot([1, 2]); plt.show()
+from IPython.display import display as ipy_display, Markdown, clear_output
+ipy_display(Markdown("**done**"), Broken())
+display({"text/html": "<b>raw</b>", "text/plain": "raw"}, raw=True)
+progress = display(Markdown("step 0"), display_id=True)
+for step in range(1, 4):
+    progress.update(Markdown(f"step {step}"))  # in its place, as in the notebook
+clear_output()  # nothing to clear: no escapes in the log
+import threading
+display({"text/html": threading.Lock()}, raw=True)  # said, and fails nothing
+"""
+
+
+def test_what_a_cell_displays_comes_back_in_its_place_among_the_figures(tmp_path: Path) -> None:
+    """`display(obj)`, the notebook's builtin (and IPython's, imported), keeps the object's rich
+    representations in their place among the figures; an object with only a text repr is
+    printed to the log at once; a representation that raises is left out; an update of a
+    display replaces it. Other ranks show nothing."""
+    proc = run_script(bundle.build_script(DISPLAY_CELL + "'value'"), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["'epoch 0'", "'epoch 1'"] and len(lines) == 3, proc.stdout
+    assert lines[2].startswith("<__main__.Broken object at")  # its html raised, its __getattr__ not asked
+    envelope = result_of(tmp_path / "j")
+    assert pickle.loads(envelope.value) == "value"
+    assert [item[0] for item in envelope.shown] == ["display", "display", "figure"] + ["display"] * 3
+    first, second = envelope.shown[0][1], envelope.shown[1][1]
+    assert first == {"text/html": "<table><tr><td>0</td></tr></table>", "text/plain": "Table([0])"}
+    assert second["text/plain"] == "Table([1])"
+    markdown, raw = envelope.shown[3][1], envelope.shown[4][1]
+    assert markdown["text/markdown"] == "**done**"
+    assert markdown["text/plain"].startswith("<IPython.core.display")
+    assert raw == {"text/html": "<b>raw</b>", "text/plain": "raw"}
+    assert envelope.shown[5][1]["text/markdown"] == "step 3"  # the last update, where the first was
+    assert len(envelope.shown) == 6
+    assert "schedulearn: a displayed dict does not come back: its representation could not be pickled: " \
+           "TypeError" in proc.stderr
+    proc = run_script(bundle.build_script(DISPLAY_CELL + "'value'"), tmp_path / "r1", env={"RANK": "1"})
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert not (tmp_path / "r1" / bundle.RESULT_FILE).exists()
 
 
 def test_a_value_no_pickle_takes_leaves_the_job_succeeded_with_a_stand_in(tmp_path: Path) -> None:
@@ -585,7 +645,8 @@ NOTEBOOK = {"lr": 0.1, "data": [1, 2], "helper": len, "os": os, "_hidden": 1,
         ("print(nope)", []),  # not the notebook's either: the job's NameError says it
         ("from os.path import *\nprint(lr)", []),  # may bind anything: not checked
         ("exec('lr = 1')\nprint(lr)", []),
-        ("display(lr)", ["lr", "display"]),  # IPython's builtin: the job has none
+        ("display(lr)", ["lr"]),  # IPython's builtin `display` the job has (`cell_runner.Shown`)
+        ("get_ipython().system('ls')\nprint(lr)", ["lr", "get_ipython"]),  # this one it has not
         ("from IPython.display import display\ndisplay(1)", []),
     ],
 )
@@ -620,6 +681,4 @@ def test_the_refusal_names_the_fix() -> None:
         bundle.check_names("get_ipython()", ns)
     assert str(e.value) == ("cell: a job does not see the notebook's names: get_ipython (IPython's: a job "
                             "runs plain Python)")
-    with pytest.raises(BundleError, match=r"display \(IPython's: a job runs plain Python; print instead, or "
-                                          r"make it the cell's last expression\)$"):
-        bundle.check_names("display(1)", ns)
+    bundle.check_names("display(1)", ns)  # a job has it (`cell_runner.Shown.display`)

@@ -185,7 +185,7 @@ def test_the_runs_of_one_cell_are_one_job_to_the_history(kernel: tuple[Any, Any]
         wait_job(client, j["name"], "succeeded")
 
 
-def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any]) -> None:
+def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any], client: Client) -> None:
     """`plt.show()` in the job (and the figures still open at its end) reach the notebook as
     images, as IPython's inline backend shows them; a `;` cell shows its figure too. A figure that
     is the cell's value comes back as the value, closed: it does not join the kernel's pyplot
@@ -215,3 +215,13 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any])
     shown = [m["msg_type"] for m in iopub
              if m["msg_type"] == "error" or "image/png" in m["content"].get("data", {})]
     assert shown == ["display_data", "error"]  # the curve the cell drew, then why it failed
+    displays = ("%%schedulearn --name displays\nimport matplotlib.pyplot as p\n"
+                "from IPython.display import Markdown\ndisplay(Markdown('**epoch 1**'))\n"
+                "p.plot([1]); p.show()\ndisplay('text alone')")
+    _, iopub = collect_until_reply(kc, kc.execute(displays))
+    data = [m["content"]["data"] for m in iopub if m["msg_type"] == "display_data"
+            and not any("widget" in mime for mime in m["content"]["data"])]  # (the job widget)
+    assert [sorted(d) for d in data] == [["text/markdown", "text/plain"], ["image/png", "text/plain"]], data
+    assert data[0]["text/markdown"] == "**epoch 1**"  # as the notebook would display it, in its place
+    job = wait_job(client, "displays", "succeeded")  # a text alone went to its log (the widget's)
+    assert "'text alone'" in client.logs(job["id"]).splitlines()

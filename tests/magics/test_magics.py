@@ -91,11 +91,14 @@ def test_a_value_no_pickle_takes_is_one_line_and_the_job_succeeds(
 
 
 def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell, tmp_path: Path) -> None:
-    r = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n'plotted'")
+    r = cell(shell, "--no-wait", "import matplotlib.pyplot as plt\nfrom IPython.display import HTML\n"
+                                 "display(HTML('<b>loss</b>'))\nplt.plot([1, 2])\nplt.show()\n'plotted'")
     handle = r.result
-    assert handle.figures == []  # nothing read yet
+    assert handle.figures == [] and handle.shown == []  # nothing read yet
     assert handle.result(timeout=60) == "plotted"
     assert [repr(f) for f in handle.figures] == ["<Figure size 640x480 with 1 Axes>"]  # as the inline one's
+    html, figure = handle.shown  # in the order the cell showed them
+    assert html._repr_mimebundle_()["text/html"] == "<b>loss</b>" and figure is handle.figures[0]
     assert handle.figures[0]._repr_png_().startswith(b"\x89PNG")
     handle.figures[0].save(str(tmp_path / "curve.png"))
     assert (tmp_path / "curve.png").read_bytes() == handle.figures[0].png
@@ -400,7 +403,7 @@ def test_the_text_view_shows_the_end_of_a_log_written_fast_at_the_end(
          "threading"),
         ("--vars lock", "print(lock, weights)", "names: weights (add --vars weights, or define it in the "
          "cell)"),
-        ("", "display(weights)", "(IPython's: a job runs plain Python; print instead"),
+        ("", "get_ipython().run_line_magic('pwd', '')", "get_ipython (IPython's: a job runs plain Python)"),
     ],
 )
 def test_bad_input_is_one_line_and_submits_nothing(

@@ -289,6 +289,8 @@ def skip_breakpoint(*args: Any, **kwargs: Any) -> None:
 MAX_SHOWN = 50
 #: The attribute that marks the result that carries what the cell showed beside the value (`with_shown`).
 SHOWN_MARK = "schedulearn_cell_shown"
+#: A Jupyter widget's view: its model lives in the process that made it, which a job's is not.
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 #: The representations `display()` asks an object for, as IPython's formatters do, and their MIME types.
 _REPR_METHODS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
                  ("text/latex", "_repr_latex_"), ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
@@ -302,6 +304,7 @@ class Shown:
     def __init__(self) -> None:
         self.items: list[tuple] = []
         self.dropped = 0
+        self.widget_said = False
 
     def _keep(self, make: Callable[[], tuple]) -> None:
         """Keep the item `make()` makes, unless MAX_SHOWN are kept (counted, and not made)."""
@@ -343,6 +346,10 @@ class Shown:
         if rank() != 0:
             return None
         bundle = dict(obj) if raw and isinstance(obj, dict) else mime_bundle(obj)
+        if bundle.pop(WIDGET_VIEW, None) is not None and not self.widget_said:
+            self.widget_said = True  # (its model lives in the job's process: the notebook has none)
+            sys.stderr.write("schedulearn: a widget displayed in a job stays there (the notebook cannot "
+                             "show it); its text stands in for it\n")
         if set(bundle) <= {"text/plain"}:
             print(bundle.get("text/plain", ""), flush=True)
             return at

@@ -439,6 +439,8 @@ for step in range(1, 4):
 clear_output()  # nothing to clear: no escapes in the log
 import threading
 display({"text/html": threading.Lock()}, raw=True)  # said, and fails nothing
+import ipywidgets
+display(ipywidgets.IntProgress(max=5), ipywidgets.IntSlider())  # live in the job: their text, said once
 """
 
 
@@ -450,8 +452,11 @@ def test_what_a_cell_displays_comes_back_in_its_place_among_the_figures(tmp_path
     proc = run_script(bundle.build_script(DISPLAY_CELL + "'value'"), tmp_path / "j")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[:2] == ["'epoch 0'", "'epoch 1'"] and len(lines) == 3, proc.stdout
+    assert lines[:2] == ["'epoch 0'", "'epoch 1'"] and len(lines) == 5, proc.stdout
     assert lines[2].startswith("<__main__.Broken object at")  # its html raised, its __getattr__ not asked
+    assert lines[3:] == ["IntProgress(value=0, max=5)", "IntSlider(value=0)"]
+    assert proc.stderr.count("schedulearn: a widget displayed in a job stays there (the notebook cannot show "
+                             "it); its text stands in for it\n") == 1
     envelope = result_of(tmp_path / "j")
     assert pickle.loads(envelope.value) == "value"
     assert [item[0] for item in envelope.shown] == ["display", "display", "figure"] + ["display"] * 3

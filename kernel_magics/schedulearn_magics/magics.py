@@ -520,7 +520,7 @@ class SchedulearnMagics(Magics):
         or text, as a waiting cell's) to its end. An interrupt stops the wait, not the job."""
         handle = self._handle("result", rest)
         if handle.job["state"] in FINAL_STATES:
-            return self._call(handle.result)
+            return self._ended_result(handle)
         view = self._view(handle)
         return self._finish(handle, self._follow(handle, view, self._stopped_waiting), view, None)
 
@@ -530,9 +530,17 @@ class SchedulearnMagics(Magics):
         button is heard, as in a waiting cell."""
         handle = self._handle("result", shlex.split(line))
         if handle.job["state"] in FINAL_STATES:
-            return self._call(handle.result)
+            return self._ended_result(handle)
         view = self._view(handle)
         return self._finish(handle, await self._await(handle, view, self._stopped_waiting), view, None)
+
+    def _ended_result(self, handle: JobHandle) -> Any:
+        """An ended job's result, what its cell showed (figures, `display()`) displayed first, as
+        when the cell waited for it (before its `JobFailed` too)."""
+        try:
+            return self._call(handle.result)
+        finally:
+            display(*handle.shown)
 
     def _stopped_waiting(self, handle: JobHandle, view: JobView) -> JobInterrupted:
         """An interrupted `result` wait: the job was not this cell's submission, so it runs on

@@ -209,7 +209,8 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any],
     quiet = "%%schedulearn\nimport matplotlib.pyplot as p\np.plot([1]);"
     _, iopub = collect_until_reply(kc, kc.execute(quiet))
     assert [m["msg_type"] for m in iopub if "image/png" in m["content"].get("data", {})] == ["display_data"]
-    failing = "%%schedulearn\nimport matplotlib.pyplot as p\np.plot([3, 1, 2])\nraise ValueError('diverged')"
+    failing = ("%%schedulearn --name diverged\nimport matplotlib.pyplot as p\np.plot([3, 1, 2])\n"
+               "raise ValueError('diverged')")
     reply, iopub = collect_until_reply(kc, kc.execute(failing))
     assert reply["status"] == "error" and "ValueError: diverged" in "".join(reply["traceback"]), reply
     shown = [m["msg_type"] for m in iopub
@@ -225,3 +226,10 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any],
     assert data[0]["text/markdown"] == "**epoch 1**"  # as the notebook would display it, in its place
     job = wait_job(client, "displays", "succeeded")  # a text alone went to its log (the widget's)
     assert "'text alone'" in client.logs(job["id"]).splitlines()
+    _, iopub = collect_until_reply(kc, kc.execute(f"%schedulearn result {job['id']}"))  # later: shown again
+    assert [sorted(m["content"]["data"]) for m in iopub if m["msg_type"] == "display_data"] == [
+        ["text/markdown", "text/plain"], ["image/png", "text/plain"]]
+    failed = wait_job(client, "diverged", "failed")
+    _, iopub = collect_until_reply(kc, kc.execute(f"%schedulearn result {failed['id']}"))
+    assert [m["msg_type"] for m in iopub if m["msg_type"] == "error"
+            or "image/png" in m["content"].get("data", {})] == ["display_data", "error"]

@@ -6,4 +6,5 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "==> ruff"
 ruff check .
 echo "==> pytest"
-python -m pytest -ra "$@"
+# the slowest tests are listed at the end: the suite's time is watched against CI's 90 minutes
+python -m pytest -ra --durations=25 "$@"

@@ -48,6 +48,7 @@ import linecache
 import os
 import sys
 import types
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -305,6 +306,7 @@ class Shown:
         self.items: list[tuple] = []
         self.dropped = 0
         self.widget_said = False
+        self.ids: dict[str, list[int]] = {}  # display_id -> where its displays are kept
 
     def _keep(self, make: Callable[[], tuple]) -> None:
         """Keep the item `make()` makes, unless MAX_SHOWN are kept (counted, and not made)."""
@@ -330,16 +332,36 @@ class Shown:
                     self._keep(lambda: ("figure", _png(fig), repr(fig)))  # noqa: B023 (called at once)
         pyplot.close("all")
 
-    def display(self, *objs: Any, raw: bool = False, display_id: Any = None, **ignored: Any) -> Any:
+    def display(self, *objs: Any, raw: bool = False, display_id: Any = None, update: bool = False,
+                **ignored: Any) -> Any:
         """The notebook's `display()` in the job: an object with a rich representation (HTML, an
         image, a figure...) comes back to the notebook beside the value and is displayed there in
         its place among the figures; one with only a text repr is printed to the log now (a
         progress line, as a notebook shows it). `raw=True`: the objects are MIME bundles. With a
-        `display_id`, a handle whose `update(obj)` replaces what it displayed, in its place."""
-        at = None
+        `display_id` (True: a new one), IPython's: a handle (`update(obj)`, `display(obj)`,
+        `display_id`); `update=True` (`update_display`) replaces every display of that id in its
+        place, and shows nothing for an id never displayed, as the notebook; no object: an empty
+        display that an update fills."""
+        if display_id is True:
+            display_id = uuid.uuid4().hex
+        if update:
+            if display_id is None:
+                raise TypeError("display_id required for update_display")
+            kept = self.ids.get(display_id)
+            for obj in objs if kept is not None else ():
+                if kept:
+                    for at in kept:
+                        self._show(obj, raw, at)
+                elif (at := self._show(obj, raw)) is not None:  # it was text in the log: this
+                    kept.append(at)  # one comes after it (a log line is not replaced)
+            return None
+        if not objs and display_id is not None:
+            objs, raw = ({},), True
         for obj in objs:
             at = self._show(obj, raw)
-        return _Updated(self, at, raw) if display_id is not None else None
+            if display_id is not None:
+                self.ids.setdefault(display_id, []).extend([at] if at is not None else [])
+        return _Handle(self, display_id) if display_id is not None else None
 
     def _show(self, obj: Any, raw: bool = False, at: int | None = None) -> int | None:
         """Show `obj` (at `at`, in place of what was there); where it is kept, or None."""
@@ -350,7 +372,7 @@ class Shown:
             self.widget_said = True  # (its model lives in the job's process: the notebook has none)
             sys.stderr.write("schedulearn: a widget displayed in a job stays there (the notebook cannot "
                              "show it); its text stands in for it\n")
-        if set(bundle) <= {"text/plain"}:
+        if bundle and set(bundle) <= {"text/plain"}:
             print(bundle.get("text/plain", ""), flush=True)
             return at
         try:  # (a representation no pickle takes would fail the job at its end, after its work)
@@ -369,10 +391,15 @@ class Shown:
         return before if len(self.items) > before else None
 
     def keep_displayed(self, module: Any) -> None:
-        """`from IPython.display import display` in the cell gets `display` above, and a
-        `clear_output()` that clears nothing (a job has no screen; IPython's would print escapes)."""
+        """`from IPython.display import display` in the cell gets `display` above (and so do
+        `update_display` and `DisplayHandle`, which call IPython's module-level `display`), and
+        a `clear_output()` that clears nothing (a job has no screen; IPython's would print escapes)."""
         module.display = self.display
         module.clear_output = lambda wait=False: None
+        functions = sys.modules.get("IPython.core.display_functions")
+        if functions is not None:
+            functions.display = self.display
+            functions.clear_output = module.clear_output
 
     def at_end(self) -> None:
         """`take_open` once the cell is over: a figure that does not render (bad data in it) is
@@ -396,28 +423,32 @@ class Shown:
         if self.dropped:
             sys.stderr.write(f"schedulearn: the cell showed {len(self.items) + self.dropped} figures and "
                              f"displayed objects; the first {MAX_SHOWN} come back\n")
-        if not self.items:
+        items = [item for item in self.items if item[0] != "display" or item[1]]  # (not an empty
+        if not items:  # place that no update filled)
             return value
         import pickle
 
-        return pickle.dumps(types.SimpleNamespace(**{SHOWN_MARK: 1}, value=value, shown=self.items),
+        return pickle.dumps(types.SimpleNamespace(**{SHOWN_MARK: 1}, value=value, shown=items),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
 
 SHOWN = Shown()
 
 
-class _Updated:
+class _Handle:
     """What `display(obj, display_id=...)` returns in a job, as IPython's `DisplayHandle`."""
 
-    def __init__(self, shown: Shown, at: int | None, raw: bool):
-        self.shown, self.at, self.raw = shown, at, raw
+    def __init__(self, shown: Shown, display_id: str):
+        self.shown, self.display_id = shown, display_id
 
-    def update(self, obj: Any, **ignored: Any) -> None:
-        self.at = self.shown._show(obj, self.raw, self.at)
+    def __repr__(self) -> str:
+        return f"<DisplayHandle display_id={self.display_id}>"
 
-    def display(self, obj: Any, **ignored: Any) -> None:
-        self.at = self.shown._show(obj, self.raw)
+    def update(self, obj: Any, **kwargs: Any) -> None:
+        self.shown.display(obj, display_id=self.display_id, **{**kwargs, "update": True})
+
+    def display(self, obj: Any, **kwargs: Any) -> None:
+        self.shown.display(obj, display_id=self.display_id, **kwargs)
 
 
 def _png(fig: Any) -> bytes:

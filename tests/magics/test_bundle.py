@@ -476,6 +476,46 @@ def test_what_a_cell_displays_comes_back_in_its_place_among_the_figures(tmp_path
     assert not (tmp_path / "r1" / bundle.RESULT_FILE).exists()
 
 
+DISPLAY_ID_CELL = """\
+from IPython.display import DisplayHandle, HTML, Markdown, update_display
+display(Markdown("loss 1.0"), display_id="loss")
+display(HTML("<p>between</p>"))
+display(Markdown("loss 1.0 again"), display_id="loss")  # a second display of the same id
+update_display(Markdown("loss 0.5"), display_id="loss")  # IPython's function: both, in place
+display(Markdown("loss 0.2"), display_id="loss", update=True)  # the keyword: the same
+update_display(Markdown("never shown"), display_id="unknown")  # nothing, as in the notebook
+slot = display(display_id=True)  # no object: an empty display an update fills
+handle = DisplayHandle()  # IPython's class: its display and update go through the job's display()
+handle.display(Markdown("handle 1"))
+handle.update(Markdown("handle 2"))
+slot.update(HTML("<p>filled</p>"))
+display(display_id="never filled")  # an empty place no update filled: nothing comes back
+text = display("epoch 0", display_id=True)  # text: a log line; its updates are lines after it
+text.update("epoch 1")
+text.update(Markdown("**trained**"))  # rich after text: kept, then updated in its place
+text.update(Markdown("**trained, saved**"))
+print(repr(slot).startswith("<DisplayHandle display_id="), len(slot.display_id))
+try:
+    display(Markdown("x"), update=True)
+except TypeError as e:
+    print("TypeError:", e)
+"""
+
+
+def test_a_display_id_is_updated_in_place_as_ipython_does(tmp_path: Path) -> None:
+    """`update_display(obj, display_id=...)`, `display(..., update=True)` and IPython's
+    `DisplayHandle` replace every display of that id where it was (an update of an id never
+    displayed shows nothing); `display(display_id=True)` with no object keeps an empty place,
+    which comes back only if an update filled it."""
+    proc = run_script(bundle.build_script(DISPLAY_ID_CELL), tmp_path / "j")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["'epoch 0'", "'epoch 1'", "True 32",
+                                        "TypeError: display_id required for update_display"]
+    shown = [item[1] for item in result_of(tmp_path / "j").shown]
+    assert [b.get("text/markdown") or b.get("text/html") for b in shown] == [
+        "loss 0.2", "<p>between</p>", "loss 0.2", "<p>filled</p>", "handle 2", "**trained, saved**"]
+
+
 def test_a_value_no_pickle_takes_leaves_the_job_succeeded_with_a_stand_in(tmp_path: Path) -> None:
     """The training that made the value stands: the job succeeds, says why on stderr, and hands
     back a stand-in (type, why, the start of its repr) that unpickles without Schedulearn."""

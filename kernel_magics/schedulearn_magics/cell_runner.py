@@ -347,21 +347,32 @@ class Shown:
         if update:
             if display_id is None:
                 raise TypeError("display_id required for update_display")
-            kept = self.ids.get(display_id)
-            for obj in objs if kept is not None else ():
-                if kept:
-                    for at in kept:
-                        self._show(obj, raw, at)
-                elif (at := self._show(obj, raw)) is not None:  # it was text in the log: this
-                    kept.append(at)  # one comes after it (a log line is not replaced)
+            self._update(self.ids.get(display_id), objs, raw)
             return None
-        if not objs and display_id is not None:
+        if display_id is None:
+            for obj in objs:
+                self._show(obj, raw)
+            return None
+        if not objs:
             objs, raw = ({},), True
+        kept = self.ids.setdefault(display_id, [])
         for obj in objs:
-            at = self._show(obj, raw)
-            if display_id is not None:
-                self.ids.setdefault(display_id, []).extend([at] if at is not None else [])
-        return _Handle(self, display_id) if display_id is not None else None
+            if (at := self._show(obj, raw)) is not None:
+                kept.append(at)
+        return _Handle(self, display_id)
+
+    def _update(self, kept: list[int] | None, objs: tuple, raw: bool) -> None:
+        """Replace the displays kept at `kept` (an id's) by each of `objs` in turn; None: an id
+        never displayed, nothing shown; empty: it was text in the log, and an update comes after
+        it (a log line is not replaced)."""
+        if kept is None:
+            return
+        for obj in objs:
+            if kept:
+                for at in kept:
+                    self._show(obj, raw, at)
+            elif (at := self._show(obj, raw)) is not None:
+                kept.append(at)
 
     def _show(self, obj: Any, raw: bool = False, at: int | None = None) -> int | None:
         """Show `obj` (at `at`, in place of what was there); where it is kept, or None."""

@@ -270,6 +270,15 @@ class ResultHandler(ApiMixin):
         await self.send_stream(await self.manager.result(job_id), "application/octet-stream")
 
 
+class ShownHandler(ApiMixin):
+    """What a notebook cell's job has shown (figures, `display()`), from `offset` on, as it runs."""
+
+    @web.authenticated
+    async def get(self, job_id: str):
+        await self.manager.check_reader(job_id, self.user_name())
+        self.send_json(await self.manager.shown(job_id, self.get_query_argument("offset", "0")))
+
+
 class OpenApiHandler(ApiMixin):
     @web.authenticated
     async def get(self):
@@ -359,5 +368,6 @@ ROUTES: list[tuple[str, type]] = [
     (r"jobs/(\d+)/script", ScriptHandler),
     (r"jobs/(\d+)/logs", LogsHandler),
     (r"jobs/(\d+)/result", ResultHandler),
+    (r"jobs/(\d+)/shown", ShownHandler),
     (r"openapi\.json", OpenApiHandler),
 ]

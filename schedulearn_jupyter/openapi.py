@@ -294,6 +294,33 @@ def _document() -> dict[str, Any]:
                                             "(no valid signature): refused")},
             },
         },
+        "/jobs/{job_id}/shown": {
+            "parameters": [JOB_ID],
+            "get": {
+                "operationId": "getJobShown",
+                "summary": "What a notebook cell's job has shown (its figures and display() calls) as it "
+                           "runs, from a byte offset of its live record on: the records its own run signed",
+                "parameters": [{"name": "offset", "in": "query", "required": False,
+                                "schema": {"type": "integer", "minimum": 0},
+                                "description": "Where to read from: 0, or the last answer's next"}],
+                "responses": {"200": _json({
+                    "type": "object", "required": ["items", "next"],
+                    "properties": {
+                        "items": {"type": "array", "items": {
+                            "type": "object", "required": ["run", "at", "bundle"],
+                            "properties": {
+                                "run": {"type": "string", "description": "The run (process) that showed it"},
+                                "at": {"type": "integer", "minimum": 0,
+                                       "description": "Its place among what the run showed (an update: "
+                                                      "the place it replaces)"},
+                                "bundle": {"type": "object",
+                                           "description": "Its MIME bundle, as Jupyter's display_data "
+                                                          "(images base64)"}}}},
+                        "next": {"type": "integer", "description": "The next page's offset"}}},
+                    "A page of records (none yet: an empty list, next = offset)"),
+                    "400": E400, "403": E403, "404": E404},
+            },
+        },
         "/events": {"get": {
             "operationId": "events",
             "summary": "WebSocket: a `hello`, then job state changes, policy changes and inventory "

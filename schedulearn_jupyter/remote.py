@@ -232,6 +232,9 @@ class RemoteManager:
         """The remote's result, passed on as it comes (`_download`)."""
         return await self._download(f"jobs/{job_id}/result")
 
+    async def shown(self, job_id: Any, offset: Any) -> dict[str, Any]:
+        return await self._fetch("GET", f"jobs/{job_id}/shown", params={"offset": offset})
+
     async def subscribe(self, viewer: str | None = None) -> RemoteSubscription:
         ws_url = "ws" + self.api[len("http"):] + "events"
         req = httpclient.HTTPRequest(ws_url, headers=self._headers(), connect_timeout=self.timeout)

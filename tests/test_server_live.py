@@ -891,3 +891,51 @@ def test_a_result_through_a_remote_scheduler_is_passed_on_and_cut_short_as_upstr
         _a_large_result_whole_then_changed_on_the_way(Client(jupyter.url, jupyter.token), serve)
     finally:
         jupyter.stop()
+
+
+SHOWING_JOB = '''\
+import hashlib, hmac, json, os, time
+key, job_dir = os.environ["SCHEDULEARN_RESULT_KEY"], os.environ["SCHEDULEARN_JOB_DIR"]
+def line(record, k=key):
+    body = json.dumps(record).encode()
+    return hmac.new(k.encode(), body, hashlib.sha256).hexdigest().encode() + b" " + body + b"\\n"
+path = os.path.join(job_dir, "shown.jsonl")
+with open(path, "ab") as f:  # (as the cell runner writes them)
+    f.write(line({"run": "r", "at": 0, "bundle": {"text/html": "<b>epoch 1</b>"}}))
+    f.write(line({"run": "r", "at": 1, "bundle": {"text/html": "<script>alert(1)</script>"}}, k="0" * 64))
+while not os.path.exists(os.path.join(job_dir, "go")):
+    time.sleep(0.05)
+with open(path, "ab") as f:
+    f.write(line({"run": "r", "at": 0, "bundle": {"text/html": "<b>epoch 2</b>"}}))
+'''
+
+
+def test_what_a_job_shows_is_handed_out_as_it_comes_as_its_run_signed_it(serve: Serve, tmp_path: Path):
+    """`GET jobs/{id}/shown` hands out the records of the job's live record while it runs, a
+    page from an offset on, only those its run signed with its key (a line signed otherwise
+    is skipped); the same through a Jupyter server that uses the scheduler remotely."""
+    c = Client(serve.url, "alice-token")
+    job = c.submit({"script": SHOWING_JOB, "name": "shows"})
+    first = {"run": "r", "at": 0, "bundle": {"text/html": "<b>epoch 1</b>"}}
+    wait_for(lambda: c.shown(job["id"])[0] == [first], what="the first record")
+    items, after = c.shown(job["id"])
+    assert c.job(job["id"])["state"] == "running" and after > 0
+    assert c.shown(job["id"], after) == ([], after)  # nothing new yet
+    (serve.home / "jobs" / str(job["id"]) / "go").touch()
+    wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the job to end")
+    second = {"run": "r", "at": 0, "bundle": {"text/html": "<b>epoch 2</b>"}}
+    items, end = c.shown(job["id"], after)
+    assert items == [second] and end == (serve.home / "jobs" / str(job["id"]) / "shown.jsonl").stat().st_size
+    quiet = c.submit({"command": [sys.executable, "-c", "pass"]})
+    wait_for(lambda: c.job(quiet["id"])["state"] == "succeeded", what="the quiet job")
+    assert c.shown(quiet["id"], 5) == ([], 5)  # a job that showed nothing: nothing, yet
+    for bad, status in (({"job_id": 999}, 404), ({"job_id": job["id"], "offset": -1}, 400)):
+        with pytest.raises(ClientError) as e:
+            c.shown(**bad)
+        assert e.value.status == status
+    jupyter = LiveServer(tmp_path / "jupyter", {"remote_url": serve.url, "remote_token": "alice-token"})
+    try:
+        jupyter.start()
+        assert Client(jupyter.url, jupyter.token).shown(job["id"]) == ([first, second], end)
+    finally:
+        jupyter.stop()

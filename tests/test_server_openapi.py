@@ -69,6 +69,8 @@ async def test_real_responses_match_the_document(sl_api, sl_manager):
         ("GET", "/jobs/{job_id}", "jobs/99", None),
         ("GET", "/gpus", "gpus", None),
         ("GET", "/jobs/{job_id}/result", "jobs/1/result", None),
+        ("GET", "/jobs/{job_id}/shown", "jobs/1/shown", None),
+        ("GET", "/jobs/{job_id}/shown", "jobs/1/shown?offset=-1", None),
         ("DELETE", "/jobs/{job_id}", "jobs/1", None),
         ("DELETE", "/jobs/{job_id}", "jobs/99", None),
         ("GET", "/openapi.json", "openapi.json", None),

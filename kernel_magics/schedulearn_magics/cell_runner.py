@@ -32,7 +32,11 @@ ends) does, in the job's `main.py`:
    rich representations (HTML, images: `mime_bundle`) in their place among the figures, and
    prints one that has only a text repr to the log at once (`Shown`). The result carries what
    was shown beside the value (`with_shown`), and a cell that raised leaves a result with what
-   it showed and no value.
+   it showed and no value;
+7. while the cell runs, rank 0 also appends each figure and display it keeps (and each update
+   of one) to the job directory's `shown.jsonl`, one line a record, signed with the job's
+   `$SCHEDULEARN_RESULT_KEY` as the result is (`LiveShown`; the server hands out only lines with
+   the job's signature, `GET jobs/{id}/shown`): a waiting cell displays them as they come.
 
 Standard library only (cloudpickle and torch when the job has them), no import of Schedulearn:
 the bundle embeds this file's source, since the job may run where neither package is installed
@@ -50,6 +54,7 @@ import sys
 import types
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 #: The filename tracebacks show for the cell's lines.
@@ -75,6 +80,8 @@ def run_cell(cell: str, namespace: dict[str, Any], files_b64: str | None = None,
     `keep_value=False`: the result is None whatever the last expression's value (the cell ended
     with `;`)."""
     job_dir = os.environ.get("SCHEDULEARN_JOB_DIR") or os.getcwd()
+    if rank() == 0:
+        SHOWN.live = LiveShown.to(job_dir)
     os.environ.setdefault("MPLBACKEND", "agg")  # no window: `plt.show()` hands figures back
     if "PYTHONBREAKPOINT" not in os.environ:  # (a debugger that listens, e.g. remote_pdb, is the user's)
         sys.breakpointhook = skip_breakpoint
@@ -307,13 +314,24 @@ class Shown:
         self.dropped = 0
         self.widget_said = False
         self.ids: dict[str, list[int]] = {}  # display_id -> where its displays are kept
+        self.live: LiveShown | None = None  # where each item goes as it is kept (rank 0's)
 
-    def _keep(self, make: Callable[[], tuple]) -> None:
-        """Keep the item `make()` makes, unless MAX_SHOWN are kept (counted, and not made)."""
+    def _keep(self, make: Callable[[], tuple]) -> int | None:
+        """Keep the item `make()` makes, unless MAX_SHOWN are kept (counted, and not made); where
+        it is kept (also sent to `live`), or None."""
         if len(self.items) >= MAX_SHOWN:
             self.dropped += 1
-        else:
-            self.items.append(make())
+            return None
+        self.items.append(make())
+        self._send(len(self.items) - 1)
+        return len(self.items) - 1
+
+    def _send(self, at: int) -> None:
+        """The item kept at `at` to the live record, as a MIME bundle (a figure: its PNG and repr)."""
+        if self.live is not None:
+            item = self.items[at]
+            figure = item[0] == "figure"
+            self.live.send(at, {"image/png": item[1], "text/plain": item[2]} if figure else item[1])
 
     def keep_shown(self, pyplot: Any) -> None:
         """`pyplot.show()` renders and closes the open figures, as IPython's inline backend does."""
@@ -396,10 +414,9 @@ class Shown:
             return at
         if at is not None:
             self.items[at] = ("display", bundle)
+            self._send(at)
             return at
-        before = len(self.items)
-        self._keep(lambda: ("display", bundle))
-        return before if len(self.items) > before else None
+        return self._keep(lambda: ("display", bundle))
 
     def keep_displayed(self, module: Any) -> None:
         """`from IPython.display import display` in the cell gets `display` above (and so do
@@ -434,14 +451,65 @@ class Shown:
         if self.dropped:
             sys.stderr.write(f"schedulearn: the cell showed {len(self.items) + self.dropped} figures and "
                              f"displayed objects; the first {MAX_SHOWN} come back\n")
-        items = [item for item in self.items if item[0] != "display" or item[1]]  # (not an empty
-        if not items:  # place that no update filled)
+        places = [at for at, item in enumerate(self.items) if item[0] != "display" or item[1]]  # (not
+        if not places:  # an empty place that no update filled)
             return value
         import pickle
 
-        return pickle.dumps(types.SimpleNamespace(**{SHOWN_MARK: 1}, value=value, shown=items),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        run = self.live.run if self.live is not None else None  # (the live record's places: `places`)
+        return pickle.dumps(types.SimpleNamespace(**{SHOWN_MARK: 1}, value=value,
+                                                  shown=[self.items[at] for at in places], places=places,
+                                                  run=run), protocol=pickle.HIGHEST_PROTOCOL)
 
+
+class LiveShown:
+    """The live record of what the cell shows (`shown.jsonl` in the job directory): a line per
+    item kept or updated, `<HMAC-SHA256 hex> <JSON>`, the JSON `{"run", "at", "bundle"}` — this
+    process's run (a restart's places are new ones), the item's place among what the cell shows
+    (an update: the place it replaces), its MIME bundle (bytes as base64, as Jupyter sends
+    images). Signed with the job's result key, so that the server hands out only what the job
+    wrote. A bundle JSON cannot carry, one over `LINE_LIMIT`, or anything once `LIMIT` is
+    written, is left out here (it comes back with the result)."""
+
+    LIMIT = 256 << 20
+    LINE_LIMIT = 4 << 20  # (the server reads pages of twice that: a line always fits one)
+
+    def __init__(self, path: Path, key: str):
+        self.path, self.key, self.run, self.written = path, key, uuid.uuid4().hex, 0
+
+    @classmethod
+    def to(cls, job_dir: str) -> LiveShown | None:
+        """The record in `job_dir`, for a job given a key (none for a script run by hand)."""
+        key = os.environ.get("SCHEDULEARN_RESULT_KEY")
+        return cls(Path(job_dir) / SHOWN_FILE, key) if key else None
+
+    def send(self, at: int, bundle: dict[str, Any]) -> None:
+        import hashlib
+        import hmac
+        import json
+
+        if not bundle:  # (an empty place: nothing to show until an update fills it)
+            return
+        data = {mime: base64.b64encode(v).decode("ascii") if isinstance(v, bytes | bytearray) else v
+                for mime, v in bundle.items()}
+        try:
+            body = json.dumps({"run": self.run, "at": at, "bundle": data}, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return
+        mac = hmac.new(self.key.encode("ascii"), body.encode(), hashlib.sha256).hexdigest()
+        line = f"{mac} {body}\n".encode()
+        if len(line) > self.LINE_LIMIT or self.written + len(line) > self.LIMIT:
+            return
+        try:
+            with open(self.path, "ab") as f:
+                f.write(line)
+            self.written += len(line)
+        except OSError:  # (a full disk: the cell's work goes on; what it showed comes at its end)
+            pass
+
+
+#: The live record's name in the job directory (`schedulearn.jobfiles.SHOWN_FILE` is the same).
+SHOWN_FILE = "shown.jsonl"
 
 SHOWN = Shown()
 

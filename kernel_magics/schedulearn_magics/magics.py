@@ -37,6 +37,7 @@ from traitlets import Bool, Float, Int
 from . import bundle, views
 from ._client import ServerError, connect, empty_log_note
 from .handle import FINAL_STATES, JobHandle, JobInterrupted, ValueNotKept, job_ended_without_result
+from .live import LiveShown, show_shown
 from .watch import (
     JobView,
     TextJobView,
@@ -174,14 +175,16 @@ class SchedulearnMagics(Magics):
         if args.no_wait:
             return self._no_wait(handle, args.out)
         view = self._view(handle)
-        job = self._follow(handle, view, self._interrupted)
-        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell))
+        live = self._live(handle, view)
+        job = self._follow(handle, view, self._interrupted, live)
+        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell), live)
 
-    def _follow(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
-        """Block until the job ends, showing it in `view`; an interrupt ends the wait with
-        `interrupted(handle, view)`, a server gone for good with one line."""
+    def _follow(self, handle: JobHandle, view: JobView, interrupted: Any,
+                live: LiveShown | None) -> dict[str, Any]:
+        """Block until the job ends, showing it in `view` (and what it shows, `live`); an
+        interrupt ends the wait with `interrupted(handle, view)`, a server gone for good with one line."""
         try:
-            return follow(handle, view, poll=self.poll_interval)
+            return follow(handle, view, poll=self.poll_interval, live=live)
         except KeyboardInterrupt:
             raise interrupted(handle, view) from None
         except ServerError as e:
@@ -310,6 +313,13 @@ class SchedulearnMagics(Magics):
             self.shell.user_ns[out] = handle
         return handle
 
+    @staticmethod
+    def _live(handle: JobHandle, view: JobView) -> LiveShown | None:
+        """What displays the job's figures and `display()`s in the waiting cell as they come: in
+        a kernel, whose front-end replaces a display in place (in a terminal, an update would print
+        it again: there they come at the end, once)."""
+        return None if isinstance(view, TextJobView) else LiveShown(handle)
+
     def _view(self, handle: JobHandle) -> JobView:
         if widgets_available(self.shell):
             from .widgets import JobWidget
@@ -329,20 +339,23 @@ class SchedulearnMagics(Magics):
             return self.schedulearn(line, cell)
         handle = self._submit(args, cell)
         view = self._view(handle)
-        job = await self._await(handle, view, self._interrupted)
-        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell))
+        live = self._live(handle, view)
+        job = await self._await(handle, view, self._interrupted, live)
+        return self._finish(handle, job, view, args.out, bundle.ends_quietly(cell), live)
 
-    async def _await(self, handle: JobHandle, view: JobView, interrupted: Any) -> dict[str, Any]:
+    async def _await(self, handle: JobHandle, view: JobView, interrupted: Any,
+                     live: LiveShown | None) -> dict[str, Any]:
         """`_follow` on the event loop (the kernel's interrupt cancels the task)."""
         try:
-            return await self._await_end(handle, view)
+            return await self._await_end(handle, view, live)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise interrupted(handle, view) from None
         except ServerError as e:
             raise UsageError(f"job {handle.id}: lost touch with the server: {e}") from None
 
-    async def _await_end(self, handle: JobHandle, view: JobView) -> dict[str, Any]:
-        """`follow` on the event loop: each poll in a thread, the waits between them awaited."""
+    async def _await_end(self, handle: JobHandle, view: JobView, live: LiveShown | None) -> dict[str, Any]:
+        """`follow` on the event loop: each poll in a thread, the waits between them awaited;
+        what the job showed is displayed from the loop's thread (the cell's output)."""
         delay = 0.1
         patience = reconnecting(view)
         while True:
@@ -351,6 +364,9 @@ class SchedulearnMagics(Magics):
             except ServerError as e:
                 await asyncio.sleep(patience.lost(e))
                 continue
+            if live is not None and job.get("start_time") is not None:  # (started: it may show)
+                await asyncio.to_thread(live.fetch)
+                live.show()
             if job["state"] in FINAL_STATES:
                 return job
             await asyncio.sleep(delay)
@@ -375,7 +391,7 @@ class SchedulearnMagics(Magics):
         return JobInterrupted(handle.id, "cancelled by you")
 
     def _finish(self, handle: JobHandle, job: dict[str, Any], view: JobView, out: str | None,
-                quiet: bool = False) -> Any:
+                quiet: bool = False, live: LiveShown | None = None) -> Any:
         """The cell's value: the job's result (also stored in `out`); None when the cell ends
         with `;` (IPython's own check reads the magic's call, not the cell, so it showed it), and
         a line on stderr when the value could not be pickled (`ValueNotKept`, raised with `out`);
@@ -389,14 +405,14 @@ class SchedulearnMagics(Magics):
                 except Exception:
                     tail = ""
             handle.read_shown_of_failure(job)
-            display(*handle.shown)  # what the cell showed before it raised
+            show_shown(handle, live)  # what the cell showed before it raised
             raise job_ended_without_result(job, tail, handle.cancelled_by_you)
         not_kept = None
         try:
             value = self._call(handle.result)
         except ValueNotKept as e:
             not_kept = e
-        display(*handle.shown)  # its figures and displays, as the inline backend would show them
+        show_shown(handle, live)  # its figures and displays, as the inline backend would show them
         if not_kept is not None:
             if out:  # a value asked for by name: the cell fails, as a missing one would
                 raise not_kept
@@ -522,7 +538,9 @@ class SchedulearnMagics(Magics):
         if handle.job["state"] in FINAL_STATES:
             return self._ended_result(handle)
         view = self._view(handle)
-        return self._finish(handle, self._follow(handle, view, self._stopped_waiting), view, None)
+        live = self._live(handle, view)
+        return self._finish(handle, self._follow(handle, view, self._stopped_waiting, live), view, None,
+                            live=live)
 
     async def result_async(self, line: str) -> Any:
         """`%schedulearn result ID` on a line of its own in a kernel, rewritten to `await` this
@@ -532,7 +550,9 @@ class SchedulearnMagics(Magics):
         if handle.job["state"] in FINAL_STATES:
             return self._ended_result(handle)
         view = self._view(handle)
-        return self._finish(handle, await self._await(handle, view, self._stopped_waiting), view, None)
+        live = self._live(handle, view)
+        return self._finish(handle, await self._await(handle, view, self._stopped_waiting, live), view, None,
+                            live=live)
 
     def _ended_result(self, handle: JobHandle) -> Any:
         """An ended job's result, what its cell showed (figures, `display()`) displayed first, as

@@ -133,9 +133,10 @@ def reconnecting(view: JobView) -> Reconnecting:
 
 
 def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
-           stop: threading.Event | None = None) -> dict[str, Any]:
+           stop: threading.Event | None = None, live: Any = None) -> dict[str, Any]:
     """Poll until the job ends (or `stop` is set), updating `view`; the last job dict. A
-    server that cannot answer for a while (a restart) is asked again (`reconnecting`)."""
+    server that cannot answer for a while (a restart) is asked again (`reconnecting`).
+    `live` (`live.LiveShown`): what the job shows is displayed as it comes."""
     delay = 0.1
     patience = reconnecting(view)
     while True:
@@ -144,6 +145,9 @@ def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
         except ClientError as e:
             time.sleep(patience.lost(e))  # (raises: a refusal, or a server gone too long)
             continue
+        if live is not None and job.get("start_time") is not None:
+            live.fetch()
+            live.show()
         if job["state"] in FINAL_STATES:
             return job
         if stop is not None and stop.wait(delay):

@@ -280,6 +280,12 @@ class Client:
     def result(self, job_id: int) -> bytes:
         return self.request("GET", f"jobs/{int(job_id)}/result")
 
+    def shown(self, job_id: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """What a notebook cell's job has shown from byte `offset` of its live record on: its
+        records (`{"run", "at", "bundle"}`, `schedulearn.liveshown`) and the next page's offset."""
+        page = self.request("GET", f"jobs/{int(job_id)}/shown", params={"offset": int(offset)})
+        return page["items"], int(page["next"])
+
     def openapi(self) -> dict[str, Any]:
         return self.request("GET", "openapi.json")
 

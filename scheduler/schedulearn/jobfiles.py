@@ -10,6 +10,9 @@ own two: the result's name and its MAC's suffix, re-exported below).
   read by the API (`logs`) and for failure reasons (`joblogs.failure_reason`).
 * `checkpoints/` — the job's own (`elastic.Checkpointer`), read by its next run.
 * `metrics.jsonl` — what the job reports (`elastic.report`), read by the goodput policy.
+* `shown.jsonl` — what a notebook cell's job shows (figures, `display()`) as it shows it, each
+  line signed with the job's key (`schedulearn_magics.cell_runner.LiveShown`); handed out by
+  the API only with the job's signature (`liveshown.page`).
 * `result.pkl`, `result.pkl.hmac` — rank 0's result and its MAC (`run.write_result`), handed out
   by the API only when the MAC is the job's (`results.open_result`).
 * `exit_code` — written by the local executor's wrapper (`exitwrap.py`), read after a server restart.
@@ -33,6 +36,8 @@ LOG_NAME = "log.txt"
 CHECKPOINT_DIR = "checkpoints"
 #: What the job reports (`schedulearn.elastic.report`): one JSON object a line.
 METRICS_FILE = "metrics.jsonl"
+#: What a notebook cell's job shows, a signed record a line (`liveshown`).
+SHOWN_FILE = "shown.jsonl"
 #: The fields of a report the scheduler reads (`schedulearn.estimates.reports`, whose docstring
 #: says what each means); `elastic.report` says so once when given another (a typo, `progess=`).
 REPORT_FIELDS = frozenset({
@@ -57,6 +62,6 @@ MAX_SCRIPT_BYTES = MAX_REQUEST_BYTES - 128 * 1024
 
 __all__ = [
     "CHECKPOINT_DIR", "EXIT_CODE_FILE", "GATE_CLOSED_FILE", "LOG_NAME", "MAC_SUFFIX", "MAX_REQUEST_BYTES",
-    "MAX_SCRIPT_BYTES", "METRICS_FILE", "PID_FILE", "RESULT_FILE", "RUNNER_COPY", "SCRIPT_NAME",
+    "MAX_SCRIPT_BYTES", "METRICS_FILE", "PID_FILE", "RESULT_FILE", "RUNNER_COPY", "SCRIPT_NAME", "SHOWN_FILE",
     "SECRET_NAME",
 ]

@@ -206,6 +206,7 @@ class Manager(Protocol):
     async def log_page(self, job_id: Any, offset: Any) -> tuple[bytes, int, int]: ...
     async def follow_logs(self, job_id: Any, tail: Any = None) -> AsyncIterator[str]: ...
     async def result(self, job_id: Any) -> AsyncIterator[bytes]: ...
+    async def shown(self, job_id: Any, offset: Any) -> dict[str, Any]: ...
     async def subscribe(self, viewer: str | None = None) -> EventStream: ...
     async def hello(self) -> dict[str, Any]: ...
 
@@ -747,6 +748,15 @@ class SchedulerService:
         except ResultError as e:
             raise ApiError(str(e), 500) from None
 
+    async def shown(self, job_id: Any, offset: Any) -> dict[str, Any]:
+        """What a notebook cell's job has shown from byte `offset` of its live record on (its
+        figures and displays as it shows them, `liveshown`): `{"items": [...], "next": offset}`."""
+        job = self._job(job_id)
+        self._files(job, "shown")
+        items, after = await asyncio.to_thread(self.executor.shown_page, job.id,
+                                               _as_count("offset", offset) or 0)
+        return {"items": items, "next": after}
+
     async def subscribe(self, viewer: str | None = None) -> Subscription:
         def view(event: dict[str, Any]) -> dict[str, Any]:
             job = event.get("job")
@@ -839,6 +849,9 @@ class Unavailable:
         raise self._refuse()
 
     async def result(self, job_id: Any) -> AsyncIterator[bytes]:
+        raise self._refuse()
+
+    async def shown(self, job_id: Any, offset: Any) -> dict[str, Any]:
         raise self._refuse()
 
     async def subscribe(self, viewer: str | None = None) -> EventStream:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import os
 import pickle
 import socket
@@ -514,6 +516,71 @@ def test_a_display_id_is_updated_in_place_as_ipython_does(tmp_path: Path) -> Non
     shown = [item[1] for item in result_of(tmp_path / "j").shown]
     assert [b.get("text/markdown") or b.get("text/html") for b in shown] == [
         "loss 0.2", "<p>between</p>", "loss 0.2", "<p>filled</p>", "handle 2", "**trained, saved**"]
+
+
+LIVE_CELL = """\
+from IPython.display import Markdown
+import matplotlib.pyplot as plt
+loss = display(Markdown("loss 1.0"), display_id=True)
+plt.plot([1, 2]); plt.show()
+display("epoch 1")  # text: the log's, not the record's
+loss.update(Markdown("loss 0.5"))
+slot = display(display_id=True)  # an empty place: nothing to show yet, nor at the end
+display({"application/json": {"a": 1}, "text/plain": "{'a': 1}"}, raw=True)
+"""
+KEY = "ab" * 32
+
+
+def test_a_cell_records_what_it_shows_as_it_shows_it_signed_with_the_jobs_key(tmp_path: Path) -> None:
+    """Rank 0 appends each figure and display it keeps, and each update, to `shown.jsonl`, each
+    line signed with `$SCHEDULEARN_RESULT_KEY`: the server's reader hands out those lines (a
+    line another wrote, or one being written, not); the last record of each place is what the
+    result carries there, and the result says which places and run its items are."""
+    from schedulearn import liveshown
+
+    job = tmp_path / "j"
+    proc = run_script(bundle.build_script(LIVE_CELL + "'value'"), job, env={"SCHEDULEARN_RESULT_KEY": KEY})
+    assert proc.returncode == 0, proc.stderr
+    records, after = liveshown.page(KEY, 7, job, 0)
+    assert after == (job / "shown.jsonl").stat().st_size
+    assert [(r["at"], sorted(r["bundle"])) for r in records] == [
+        (0, ["text/markdown", "text/plain"]), (1, ["image/png", "text/plain"]),
+        (0, ["text/markdown", "text/plain"]), (3, ["application/json", "text/plain"])]
+    assert [r["bundle"].get("text/markdown") for r in records] == ["loss 1.0", None, "loss 0.5", None]
+    assert base64.b64decode(records[1]["bundle"]["image/png"]).startswith(b"\x89PNG")
+    envelope = result_of(job)
+    assert {r["run"] for r in records} == {envelope.run} and len(envelope.run) == 32
+    assert envelope.places == [0, 1, 3]  # (2: the empty place, left out)
+    last = {r["at"]: r["bundle"] for r in records}
+    assert last[0] == envelope.shown[0][1] and last[3] == envelope.shown[2][1]
+    assert base64.b64decode(last[1]["image/png"]) == envelope.shown[1][1]
+    # only the job's lines: one signed with another key, and one not yet ended, are not handed out
+    forged = records_line("cd" * 32, {"run": "x", "at": 0, "bundle": {"text/html": "<script>"}})
+    late = {"run": "y", "at": 5, "bundle": {"text/plain": "late"}}
+    with open(job / "shown.jsonl", "ab") as f:
+        f.write(forged + records_line(KEY, late)[:-1])
+    assert liveshown.page(KEY, 7, job, after) == ([], after + len(forged))
+    assert liveshown.page("cd" * 32, 7, job, 0) == ([forged_record := json.loads(forged.split(b" ", 1)[1])],
+                                                    after + len(forged))  # another job's key: its line only
+    assert forged_record["run"] == "x"
+    with open(job / "shown.jsonl", "ab") as f:
+        f.write(b"\n")
+    assert liveshown.page(KEY, 7, job, after + len(forged)) == ([late], (job / "shown.jsonl").stat().st_size)
+    (job / "shown.jsonl").unlink()
+    (job / "shown.jsonl").symlink_to(job / "main.py")  # a link the job put there: not read
+    assert liveshown.page(KEY, 7, job, 0) == ([], 0)
+    for where, env in (("nokey", {}), ("r1", {"RANK": "1", "SCHEDULEARN_RESULT_KEY": KEY})):
+        proc = run_script(bundle.build_script(LIVE_CELL), tmp_path / where, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert not (tmp_path / where / "shown.jsonl").exists()  # no key (by hand), or not rank 0
+
+
+def records_line(key: str, record: dict[str, Any]) -> bytes:
+    import hashlib
+    import hmac
+
+    body = json.dumps(record, separators=(",", ":")).encode()
+    return hmac.new(key.encode(), body, hashlib.sha256).hexdigest().encode() + b" " + body + b"\n"
 
 
 def test_a_value_no_pickle_takes_leaves_the_job_succeeded_with_a_stand_in(tmp_path: Path) -> None:

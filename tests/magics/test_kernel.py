@@ -233,3 +233,47 @@ def test_the_figures_a_job_shows_appear_in_the_notebook(kernel: tuple[Any, Any],
     _, iopub = collect_until_reply(kc, kc.execute(f"%schedulearn result {failed['id']}"))
     assert [m["msg_type"] for m in iopub if m["msg_type"] == "error"
             or "image/png" in m["content"].get("data", {})] == ["display_data", "error"]
+
+
+def test_what_a_job_shows_appears_in_the_waiting_cell_as_it_shows_it(kernel: tuple[Any, Any], client: Client,
+                                                                      tmp_path: Any) -> None:
+    """A display (and a figure) of a job reaches the waiting cell while the job runs, under a
+    display id; an update of it in the job replaces it there (`update_display_data`); at the
+    job's end, what the result carries is what the cell shows already: no second copy."""
+    _, kc = kernel
+    drain(kc)
+    go = tmp_path / "go"
+    code = ("%%schedulearn --name live-shows\nimport os, time\nfrom IPython.display import Markdown\n"
+            "import matplotlib.pyplot as plt\n"
+            "h = display(Markdown('epoch 1'), display_id=True)\nplt.plot([1, 2]); plt.show()\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+            "h.update(Markdown('epoch 2'))\n'done'")
+    msg_id = kc.execute(code)
+    before: list[dict] = []
+    deadline = time.monotonic() + 60
+    while not any("image/png" in m["content"].get("data", {}) for m in before):
+        assert time.monotonic() < deadline, "what the job showed did not reach the cell while it ran"
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            before.append(msg)
+    assert wait_job(client, "live-shows", "running", timeout=5)  # (it waits for `go`)
+    live = [m for m in before if m["msg_type"] == "display_data" and "text/markdown" in m["content"]["data"]]
+    assert [m["content"]["data"]["text/markdown"] for m in live] == ["epoch 1"]
+    markdown_id = live[0]["content"]["transient"]["display_id"]
+    go.touch()
+    reply, after = collect_until_reply(kc, msg_id)
+    assert reply["status"] == "ok", reply
+    shown = [(m["msg_type"], m["content"]["transient"]["display_id"], sorted(m["content"]["data"]))
+             for m in before + after if m["msg_type"] in ("display_data", "update_display_data")
+             and not any("widget" in mime for mime in m["content"]["data"])]
+    figure_id = next(did for kind, did, mimes in shown if "image/png" in mimes)
+    assert shown == [("display_data", markdown_id, ["text/markdown", "text/plain"]),
+                     ("display_data", figure_id, ["image/png", "text/plain"]),
+                     ("update_display_data", markdown_id, ["text/markdown", "text/plain"])]
+    updates = [m["content"]["data"] for m in after if m["msg_type"] == "update_display_data"]
+    assert [data.get("text/markdown") for data in updates] == ["epoch 2"]  # (the result: the same, not sent)
+    results = [m["content"]["data"]["text/plain"] for m in after if m["msg_type"] == "execute_result"]
+    assert results == ["'done'"]

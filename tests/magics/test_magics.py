@@ -109,6 +109,54 @@ def test_a_handle_keeps_the_figures_its_job_showed(shell: InteractiveShell, tmp_
     assert len(failing.result.figures) == 1  # what the cell showed before it raised
 
 
+def test_a_wait_displays_what_the_job_shows_as_it_comes_and_its_end_in_place(
+        shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`follow` with a `LiveShown` (the waiting cell's, in a kernel) displays each thing the job
+    shows while it runs, under a display id of its own, and an update of it in place; once the
+    result is read, `finish` puts the result's last state in those places where it differs
+    (an update the live record could not carry) and displays what was not shown live. A text
+    view (a terminal) shows it all at the end instead."""
+    import io
+
+    from schedulearn_magics import live as live_module
+    from schedulearn_magics.magics import SchedulearnMagics
+    from schedulearn_magics.watch import TextJobView, follow
+
+    go = tmp_path / "go"
+    handle = cell(shell, "--no-wait", "import os, time\nfrom IPython.display import Markdown\n"
+                                      "h = display(Markdown('epoch 1'), display_id=True)\n"
+                                      f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+                                      "h.update(Markdown('epoch 2'))\n"
+                                      "h.update({'text/plain': 'epoch 3', 'x/set': {1}}, raw=True)\n"
+                                      "'done'").result
+    calls: list[tuple[str, str | None, Any, str]] = []
+
+    def display(*objs: Any, raw: bool = False, display_id: str | None = None) -> None:
+        for obj in objs:
+            calls.append(("display", display_id, obj, handle.refresh()["state"]))
+        go.touch()  # (the job goes on once its first display was seen here)
+
+    def update_display(obj: Any, raw: bool = False, display_id: str | None = None) -> None:
+        calls.append(("update", display_id, obj, handle.refresh()["state"]))
+
+    monkeypatch.setattr(live_module, "display", display)
+    monkeypatch.setattr(live_module, "update_display", update_display)
+    live = live_module.LiveShown(handle)
+    assert follow(handle, TextJobView(io.StringIO()), poll=0.2, live=live)["state"] == "succeeded"
+    assert handle.result() == "done"
+    live.finish()
+    assert [kind for kind, _, _, _ in calls] == ["display", "update", "update"]
+    assert calls[0][3] == "running"  # (the job waited for it)
+    assert len({did for _, did, _, _ in calls}) == 1 and calls[0][1].startswith(f"schedulearn-{handle.id}-")
+    assert [c[2]["text/markdown"] for c in calls[:2]] == ["epoch 1", "epoch 2"]  # as the job sent them
+    assert calls[2][2] is handle.shown[0]  # the last update, which JSON could not carry: the result's
+    assert handle.shown[0].bundle == {"text/plain": "epoch 3", "x/set": {1}}
+    calls.clear()
+    live_module.LiveShown(handle).finish()  # nothing shown live: all of it, displayed now
+    assert [(kind, did, obj) for kind, did, obj, _ in calls] == [("display", None, handle.shown[0])]
+    assert SchedulearnMagics._live(handle, TextJobView(io.StringIO())) is None
+
+
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:
     r = cell(shell, "--no-wait -o h", "import time\nprint('working', flush=True)\ntime.sleep(1.5)\n'done'")
     assert r.success, r.error_in_exec

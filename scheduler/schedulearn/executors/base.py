@@ -199,6 +199,11 @@ class Executor:
         for line in ():
             yield line
 
+    def shown_page(self, job_id: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """What a notebook cell's job showed from byte `offset` of its live record on (records its
+        run signed, `liveshown.page`) and the next page's offset; none where runs have no directory."""
+        return [], offset
+
     def open_result(self, job_id: int) -> SignedResult:
         """The job's result, written and signed by its own run, open, its signature checked
         (`results.open_result`; `results.NoResult`, `results.ForgedResult`): what `GET result`

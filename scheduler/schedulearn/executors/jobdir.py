@@ -175,6 +175,12 @@ class JobDirExecutor(Executor):
 
         return open_result(server_secret(self.job_root), job_id, self.job_dir(job_id))
 
+    def shown_page(self, job_id: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """What the job's cell showed, from byte `offset` of its live record (`liveshown.page`)."""
+        from ..liveshown import page
+
+        return page(self.result_key(job_id), job_id, self.job_dir(job_id), offset)
+
     # -- logs ------------------------------------------------------------------------------------
     def is_running(self, job_id: int) -> bool:
         """Whether a run of the job is under way here (started, not yet reported over)."""

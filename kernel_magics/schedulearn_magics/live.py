@@ -1,0 +1,97 @@
+"""A waiting cell displays what its job shows (figures, `display()`) as the job shows it.
+
+The job's cell runner records each figure and display it keeps, and each update of one, in the
+job directory (`cell_runner.LiveShown`); the server hands out the records its run signed
+(`GET jobs/{id}/shown`, `Client.shown`). `LiveShown` reads them as the cell waits (`fetch`, in
+any thread) and displays them in the cell's output (`show`, in the kernel's), each place of a
+run under a display id of its own: an update replaces the display in place, as it would in the
+notebook. When the job ends, `finish` puts what the result carries in those places where it is
+not what they show already (what the record left out: a bundle JSON cannot carry, a record past
+its limit), and displays whatever was not shown yet, in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from typing import Any
+
+from IPython.display import display, update_display
+
+from .handle import JobHandle, ShownFigure, ShownObject
+
+
+class LiveShown:
+    def __init__(self, handle: JobHandle):
+        self.handle = handle
+        self.offset = 0
+        self.pending: list[dict[str, Any]] = []
+        self.shown: dict[str, dict[str, Any]] = {}  # display id -> the bundle it shows
+        self.off = False  # the server has no such route (an older one), or the job's directory is gone
+        self._lock = threading.Lock()
+
+    def _id(self, run: Any, at: int) -> str:
+        return f"schedulearn-{self.handle.id}-{run}-{at}"
+
+    def fetch(self) -> None:
+        """Read the records the job wrote since the last call (a few pages at most)."""
+        from schedulearn.client import ClientError
+
+        for _ in range(4):
+            if self.off:
+                return
+            try:
+                items, after = self.handle.client.shown(self.handle.id, self.offset)
+            except ClientError as e:
+                if e.status in (404, 405):
+                    self.off = True
+                return
+            with self._lock:
+                self.pending.extend(items)
+                moved, self.offset = after != self.offset, after
+            if not moved:
+                return
+
+    def show(self) -> None:
+        """Display what `fetch` read: a new place as a new display, an update in its place."""
+        with self._lock:
+            items, self.pending = self.pending, []
+        for item in items:
+            did = self._id(item["run"], item["at"])
+            if did in self.shown:
+                update_display(item["bundle"], raw=True, display_id=did)
+            else:
+                display(item["bundle"], raw=True, display_id=did)
+            self.shown[did] = item["bundle"]
+
+    def finish(self) -> None:
+        """The job ended and its result was read (`handle.shown`): each place shown live gets its
+        last state; what was not shown live is displayed after it, in order."""
+        places, run = self.handle.shown_places, self.handle.shown_run
+        if places is None or len(places) != len(self.handle.shown):
+            places = [None] * len(self.handle.shown)
+        rest = []
+        for at, item in zip(places, self.handle.shown, strict=True):
+            did = self._id(run, at) if at is not None else None
+            if did is None or did not in self.shown:
+                rest.append(item)
+            elif self.shown[did] != _as_sent(item):
+                update_display(item, display_id=did)
+        display(*rest)
+
+
+def _as_sent(item: ShownFigure | ShownObject) -> dict[str, Any]:
+    """The bundle of one of the result's items as the live record carries it (bytes as base64)."""
+    figure = isinstance(item, ShownFigure)
+    bundle = {"image/png": item.png, "text/plain": item.text} if figure else item.bundle
+    return {mime: base64.b64encode(v).decode("ascii") if isinstance(v, bytes | bytearray) else v
+            for mime, v in bundle.items()}
+
+
+def show_shown(handle: JobHandle, live: LiveShown | None) -> None:
+    """What the job's cell showed, displayed as the cell's output: in the places `live` showed
+    it as it came, or all of it now."""
+    if live is None:
+        display(*handle.shown)
+    else:
+        live.finish()

@@ -53,16 +53,20 @@ class LiveShown:
                 return
 
     def show(self) -> None:
-        """Display what `fetch` read: a new place as a new display, an update in its place."""
+        """Display what `fetch` read: a new place as a new display, an update in its place; of
+        several updates of one place read at once only the last (a cell that starts following a
+        job that redrew its curve a thousand times draws it once)."""
         with self._lock:
             items, self.pending = self.pending, []
+        latest: dict[str, dict[str, Any]] = {}  # (in the order the places first came)
         for item in items:
-            did = self._id(item["run"], item["at"])
+            latest[self._id(item["run"], item["at"])] = item["bundle"]
+        for did, bundle in latest.items():
             if did in self.shown:
-                update_display(item["bundle"], raw=True, display_id=did)
+                update_display(bundle, raw=True, display_id=did)
             else:
-                display(item["bundle"], raw=True, display_id=did)
-            self.shown[did] = item["bundle"]
+                display(bundle, raw=True, display_id=did)
+            self.shown[did] = bundle
 
     def finish(self) -> None:
         """The job ended and its result was read (`handle.shown`): each place shown live gets its

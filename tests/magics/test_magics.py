@@ -152,6 +152,11 @@ def test_a_wait_displays_what_the_job_shows_as_it_comes_and_its_end_in_place(
     assert calls[2][2] is handle.shown[0]  # the last update, which JSON could not carry: the result's
     assert handle.shown[0].bundle == {"text/plain": "epoch 3", "x/set": {1}}
     calls.clear()
+    late = live_module.LiveShown(handle)  # a cell that follows the job only now: each place once, as it is
+    late.fetch()
+    late.show()
+    assert [(kind, obj["text/markdown"]) for kind, _, obj, _ in calls] == [("display", "epoch 2")]
+    calls.clear()
     live_module.LiveShown(handle).finish()  # nothing shown live: all of it, displayed now
     assert [(kind, did, obj) for kind, did, obj, _ in calls] == [("display", None, handle.shown[0])]
     assert SchedulearnMagics._live(handle, TextJobView(io.StringIO())) is None

@@ -450,15 +450,19 @@ def test_an_empty_log_says_why_in_words(job, note):
 
 
 @pytest.mark.parametrize("spec, alloc, gpus", [
-    ({"gpus": "auto"}, {"vm": [0]}, "holds 1 on vm 0 (asked auto (1 or more))"),
+    ({"gpus": "auto", "launcher": "torchrun"}, {"vm": [0]}, "holds 1 on vm 0 (asked auto (1 or more))"),
     ({"gpus": "auto", "min_gpus": 2, "max_gpus": 4}, {"vm": [0, 1]},
      "holds 2 on vm 0, 1 (asked auto (2..4))"),
     ({"gpus": 2}, {"vm": [0, 1]}, "holds 2 on vm 0, 1"),
-    ({"gpus": "auto", "min_gpus": 2}, {}, "asks for auto (2 or more)"),
+    ({"gpus": "auto", "min_gpus": 2, "launcher": "horovod"}, {}, "asks for auto (2 or more)"),
+    ({"gpus": "auto"}, {"vm": [0]}, "holds 1 on vm 0 (asked auto (1: one process; --max-gpus lets it grow))"),
+    ({"gpus": "auto", "min_gpus": 2, "launcher": "python"}, {},
+     "asks for auto (2: one process; --max-gpus lets it grow)"),
 ])
 def test_show_says_what_an_auto_job_asked_for_and_holds(spec, alloc, gpus):
     """`schedulearn show`'s gpus line: the bounds an auto job gave (no `?` for a maximum it left
-    to the policy), what it holds and where."""
+    to the policy), what it holds and where. A plain Python job's `auto` is its minimum (one
+    process, `JobSpec.single_process`): it said "1 or more" where the scheduler gives it 1."""
     from schedulearn.client_cli import job_fields
 
     job = {"id": 3, "name": "train", "user": "ann", "state": "running" if alloc else "queued",

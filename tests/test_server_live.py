@@ -95,6 +95,14 @@ def test_runtime_file_and_cli_client(live_server: LiveServer, tmp_path: Path):
     assert [j["id"] for j in listed][:2] == [job["id"], big["id"]] and len(listed) == 3
     table = cli(env, "ls").stdout.splitlines()
     assert table[0].split()[:4] == ["ID", "NAME", "USER", "STATE"] and "succeeded" in table[1]
+    # `--gpus auto` for one Python process: a note says why it gets one GPU (not with --max-gpus)
+    auto = cli(env, "submit", "--gpus", "auto", "--", sys.executable, "-c", "pass")
+    assert auto.returncode == 0 and auto.stderr == (
+        "note: this job runs as one Python process, so --gpus auto gives it 1 GPU(s); add --max-gpus N if "
+        "it starts its own workers, or use --launcher torchrun\n"), auto.stderr
+    for grows in (("--max-gpus", "2"), ("--launcher", "torchrun")):
+        p = cli(env, "submit", "--gpus", "auto", *grows, "--", sys.executable, "-c", "pass")
+        assert p.returncode == 0 and p.stderr == "", p.stderr
     assert "PROGRESS" in table[0].split() and "done" in table[1].split()
     # policy
     assert json.loads(cli(env, "policy", "las", "--json").stdout) == {"policy": "las"}

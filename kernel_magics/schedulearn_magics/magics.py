@@ -31,7 +31,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from schedulearn import deadlines
 from schedulearn.client import paused_text, printable
-from schedulearn.model import JobSpec, SpecError, gpus_from_text
+from schedulearn.model import JobSpec, SpecError, gpus_from_text, one_process_note
 from traitlets import Bool, Float, Int
 
 from . import bundle, views
@@ -50,9 +50,6 @@ from .watch import (
 )
 
 LAUNCHER_CHOICES = ("python", "torchrun", "horovod", "auto")
-#: why `--gpus auto` gives a plain Python cell no more than its minimum (the scheduler caps it)
-SINGLE_PROCESS_NOTE = ("note: this cell runs as one Python process, so --gpus auto gives it {n} GPU(s); "
-                       "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
 LOGS_LINES = 1000  # what `%schedulearn logs ID` shows unless told otherwise (--tail N, --all)
 SUBCOMMANDS = ("queue", "ls", "logs ID", "script ID", "cancel ID", "result ID", "job ID", "policy [NAME]",
                "pause [REASON]", "resume", "gpus")
@@ -295,8 +292,8 @@ class SchedulearnMagics(Magics):
             spec["workdir"] = here
         handle = JobHandle(self.client, self._call(self.client.submit, spec))
         # the notes once the job is in (a refused submission is its one-line error alone)
-        if spec["gpus"] == "auto" and spec["launcher"] == "python" and "max_gpus" not in spec:
-            print(SINGLE_PROCESS_NOTE.format(n=spec.get("min_gpus", 1)), file=sys.stderr)
+        if note := one_process_note(JobSpec.parse(spec), "cell"):  # (why auto gives it one GPU)
+            print(note, file=sys.stderr)
         if spec.get("deadline") is not None and (note := deadlines.unplanned_note(
                 self.client, "%schedulearn policy qoe, or the queue widget's dropdown")):
             print(note, file=sys.stderr)

@@ -29,7 +29,7 @@ from .client import (
     printable,
     shown_gpus,
 )
-from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text
+from .model import LAUNCHERS, JobSpec, SpecError, gpus_from_text, one_process_note
 
 COMMANDS = ("submit", "ls", "show", "logs", "script", "cancel", "policy", "pause", "resume", "gpus", "trace")
 
@@ -280,6 +280,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             _print_json(job)
         else:
             print(submitted_line(job), flush=True)
+        if note := one_process_note(JobSpec.parse(spec)):  # why auto gives it one GPU
+            print(note, file=sys.stderr)
         note = spec.get("deadline") is not None and deadlines.unplanned_note(client, "schedulearn policy qoe")
         if note:
             print(note, file=sys.stderr)
@@ -453,7 +455,12 @@ def job_fields(job: dict[str, Any], now: float | None = None) -> list[tuple[str,
     asked = str(spec.get("gpus", 1))
     if spec.get("gpus") == "auto" or spec.get("min_gpus") or spec.get("max_gpus"):
         low, high = spec.get("min_gpus") or 1, spec.get("max_gpus")
-        asked += f" ({low}..{high})" if high else f" ({low} or more)"
+        if high:
+            asked += f" ({low}..{high})"
+        elif spec.get("gpus") == "auto" and (spec.get("launcher") or "python") == "python":
+            asked += f" ({low}: one process; --max-gpus lets it grow)"  # JobSpec.capped_to_one_process
+        else:
+            asked += f" ({low} or more)"
     if alloc:
         got = shown_gpus(job)
         fields.append(("gpus", f"{'holds' if job.get('gpus') else 'held'} {got} on {where}" +

@@ -232,6 +232,12 @@ class JobSpec(BaseModel):
         return self.launcher == Launcher.python and self.duration is None and self.application is None
 
     @property
+    def capped_to_one_process(self) -> bool:
+        """`--gpus auto` on a single process with no `max_gpus`: sized at its minimum only (what
+        `one_process_note` tells the user who submits it)."""
+        return self.gpus == "auto" and self.single_process and self.max_gpus is None
+
+    @property
     def requested(self) -> int:
         """The size a rigid policy gives the job: its GPU count, or its minimum for 'auto'."""
         return self.min_size if self.gpus == "auto" else int(self.gpus)
@@ -475,3 +481,13 @@ class Job:
             d["attained_gpu_s"] = self.attained(t)
             d["run_s"] = self.run_time(t)
         return d
+
+
+#: what a user who submits `--gpus auto` for one Python process is told (`JobSpec.single_process`)
+ONE_PROCESS_NOTE = ("note: this {what} runs as one Python process, so --gpus auto gives it {n} GPU(s); "
+                    "add --max-gpus N if it starts its own workers, or use --launcher torchrun")
+
+
+def one_process_note(spec: JobSpec, what: str = "job") -> str | None:
+    """The note for a job `--gpus auto` cannot grow (one process, no `max_gpus`), else None."""
+    return ONE_PROCESS_NOTE.format(what=what, n=spec.min_size) if spec.capped_to_one_process else None

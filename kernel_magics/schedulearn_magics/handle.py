@@ -253,7 +253,8 @@ class JobHandle:
 
     def _ipython_display_(self) -> None:
         """In a notebook, a live job widget that follows the job to its end (the output of a
-        `--no-wait` cell, or `h` in a later cell); elsewhere the text repr."""
+        `--no-wait` cell, or `h` in a later cell), what the job shows (figures, `display()`)
+        drawn in it as it comes; elsewhere the text repr."""
         from IPython import get_ipython
         from IPython.display import display
 
@@ -267,9 +268,7 @@ class JobHandle:
 
         view = JobWidget(self)
         display(view)
-        watch.poll_job(self, view)  # its state now, before the first background poll
-        if self.job.get("state") not in FINAL_STATES:
-            watch.follow_in_background(self, view, poll=self.poll_interval)
+        view.follow(self.poll_interval)  # (what the job shows: in the widget, not the running cell)
 
     def __repr__(self) -> str:
         job = self.job

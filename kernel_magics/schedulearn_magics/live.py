@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from IPython.display import display, update_display
@@ -22,8 +23,14 @@ from .handle import JobHandle, ShownFigure, ShownObject
 
 
 class LiveShown:
-    def __init__(self, handle: JobHandle):
+    """`draw(latest)`: where the new and updated places go ({display id: bundle}, in order);
+    by default displays in the cell's output (`draw_in_cell`). A job widget that follows a job
+    in the background draws them in its own area (`widgets.JobWidget.draw_shown`): a display
+    from that thread would land in whichever cell runs then."""
+
+    def __init__(self, handle: JobHandle, draw: Callable[[dict[str, dict[str, Any]]], None] | None = None):
         self.handle = handle
+        self.draw = draw or self.draw_in_cell
         self.offset = 0
         self.pending: list[dict[str, Any]] = []
         self.shown: dict[str, dict[str, Any]] = {}  # display id -> the bundle it shows
@@ -61,12 +68,16 @@ class LiveShown:
         latest: dict[str, dict[str, Any]] = {}  # (in the order the places first came)
         for item in items:
             latest[self._id(item["run"], item["at"])] = item["bundle"]
+        if latest:
+            self.draw(latest)
+            self.shown.update(latest)
+
+    def draw_in_cell(self, latest: dict[str, dict[str, Any]]) -> None:
         for did, bundle in latest.items():
             if did in self.shown:
                 update_display(bundle, raw=True, display_id=did)
             else:
                 display(bundle, raw=True, display_id=did)
-            self.shown[did] = bundle
 
     def finish(self) -> None:
         """The job ended and its result was read (`handle.shown`): each place shown live gets its

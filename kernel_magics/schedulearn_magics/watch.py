@@ -157,12 +157,13 @@ def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
         delay = min(delay * 1.5, poll)
 
 
-def follow_in_background(handle: JobHandle, view: JobView, poll: float = 1.0) -> threading.Thread:
+def follow_in_background(handle: JobHandle, view: JobView, poll: float = 1.0,
+                         live: Any = None) -> threading.Thread:
     def run() -> None:
         errors = 0
         while True:
             try:
-                follow(handle, view, poll)
+                follow(handle, view, poll, live=live)
                 return
             except Exception:
                 errors += 1

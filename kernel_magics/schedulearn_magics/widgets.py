@@ -19,7 +19,8 @@ from traitlets import Float, Int, Unicode
 
 from . import views
 from .handle import FINAL_STATES, JobHandle
-from .watch import LOG_TAIL_LINES, policy_names, recent_jobs
+from .live import LiveShown
+from .watch import LOG_TAIL_LINES, follow_in_background, policy_names, poll_job, recent_jobs
 
 #: the policy dropdown's tooltip for users who may not switch the policy
 READ_ONLY_TIP = "Only the scheduler's admins can switch the policy"
@@ -56,7 +57,11 @@ class JobWidget(w.VBox):
         self.cancel_button.on_click(lambda _b: self._cancel())
         self.message = w.HTML()
         top = w.HBox([self.header, self.cancel_button, self.message])
-        super().__init__([top, self.logview], **kw)
+        # what the job shows (figures, `display()`), as it shows it, where the widget follows the
+        # job in the background (`follow`): each place an output of its own, updated in place
+        self.shown = w.Output()
+        self._places: dict[str, int] = {}  # display id -> its index in `shown.outputs`
+        super().__init__([top, self.logview, self.shown], **kw)
         self.add_class("schedulearn-job")
         self._line = views.short_line(handle.job)
 
@@ -113,6 +118,29 @@ class JobWidget(w.VBox):
                 "align-self:stretch}</style>"
                 f"<pre style='margin:0;font-size:85%'>{html.escape(self.log_tail)}</pre>"
             )
+
+    def draw_shown(self, latest: dict[str, dict[str, Any]]) -> None:
+        """`live.LiveShown`'s drawing, into the widget's own output area (any thread)."""
+        outputs = list(self.shown.outputs)
+        for did, bundle in latest.items():
+            out = {"output_type": "display_data", "data": bundle, "metadata": {}}
+            if did in self._places:
+                outputs[self._places[did]] = out
+            else:
+                self._places[did] = len(outputs)
+                outputs.append(out)
+        self.shown.outputs = tuple(outputs)
+
+    def follow(self, poll: float) -> None:
+        """Follow the job to its end in a background thread (at once, its state now): its log,
+        state and what it shows (`draw_shown`). A job that has ended: what it showed, now."""
+        live = LiveShown(self.handle, draw=self.draw_shown)
+        job = poll_job(self.handle, self)
+        if job.get("state") not in FINAL_STATES:
+            follow_in_background(self.handle, self, poll=poll, live=live)
+        elif job.get("start_time") is not None:
+            live.fetch()
+            live.show()
 
     #: the log's end read back at first (and when a job writes faster than the widget polls):
     #: enough for its last lines, never the whole log of a long run

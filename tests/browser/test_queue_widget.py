@@ -125,6 +125,38 @@ def test_job_widget_cancel_button_in_the_browser(browser: Any, lab_server: LabSe
         page.context.close()
 
 
+def test_a_no_wait_jobs_widget_draws_what_the_job_shows_as_it_comes(browser: Any, lab_server: LabServer,
+                                                                    shot: Any) -> None:
+    """A `--no-wait` cell's job widget follows the job in the background; what the job shows (a
+    display, a figure) renders inside the widget while the job runs, and an update of the
+    display replaces it there."""
+    go = lab_server.root / "widget-go"
+    write_notebook(lab_server, "widget-shows.ipynb", [
+        "%%schedulearn --no-wait --name browser-shows\nimport os, time\n"
+        "from IPython.display import Markdown\nimport matplotlib.pyplot as plt\n"
+        "h = display(Markdown('loss **0.9**'), display_id=True)\n"
+        f"plt.plot([3, 2, 1]); plt.show()\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+        "h.update(Markdown('loss **0.1**'))"])
+    page = open_lab(browser, lab_server)
+    try:
+        open_notebook(page, "widget-shows.ipynb")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        widget = page.locator(".schedulearn-job")
+        widget.locator("img").wait_for(state="visible", timeout=60_000)
+        widget.locator("strong", has_text="0.9").wait_for(timeout=30_000)
+        _, jobs = lab_server.api("GET", "jobs")
+        job = [j for j in jobs["jobs"] if j["name"] == "browser-shows"][-1]
+        assert job["state"] == "running", job  # (it waits for the file)
+        shot(page, "job-widget-shows", widget)
+        go.touch()
+        lab_server.wait_job(job["id"], {"succeeded"}, timeout=60)
+        widget.locator("strong", has_text="0.1").wait_for(timeout=30_000)
+        assert widget.locator("strong", has_text="0.9").count() == 0
+        assert widget.locator("img").count() == 1
+    finally:
+        page.context.close()
+
+
 def test_kernel_interrupt_ends_the_widget_cancelled_without_a_cancel_button(browser: Any,
                                                                            lab_server: LabServer) -> None:
     """Interrupting the kernel (JupyterLab's Interrupt) cancels the job the cell waits for: the

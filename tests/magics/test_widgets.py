@@ -370,3 +370,41 @@ def test_a_running_job_shows_its_time_limit() -> None:
              "of run time)"}
     assert views.status_detail(ended, now=9000.0).endswith("ran 2h00m, stopped at its time limit (2 h 00 min "
                                                             "of run time)")
+
+
+def test_a_job_widget_following_in_the_background_draws_what_the_job_shows(
+    shell: InteractiveShell, client: Client, tmp_path: Path
+) -> None:
+    """A `--no-wait` job's widget (the handle shown in a later cell, `JobWidget.follow`) follows
+    the job from a background thread, where a `display()` would land in whichever cell runs then:
+    what the job shows (a display, a figure) comes into the widget's own output area as the job
+    shows it, an update in its place (before, it came only at `h.result()`). A widget of the
+    ended job shows it too."""
+    import base64
+
+    go = tmp_path / "go"
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name widget-shows\nimport os, time\nfrom IPython.display import Markdown\n"
+        "import matplotlib.pyplot as plt\nh = display(Markdown('epoch 1'), display_id=True)\n"
+        f"plt.plot([1, 2]); plt.show()\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+        "h.update(Markdown('epoch 2'))\n'done'").result
+    widget = JobWidget(handle)
+    widget.follow(poll=0.1)
+
+    def drawn(w: JobWidget) -> list[str]:
+        return [o["data"].get("text/markdown") or sorted(o["data"])[0] for o in w.shown.outputs]
+
+    wait_for(lambda: len(widget.shown.outputs) == 2, timeout=60, what="the display and the figure")
+    assert drawn(widget) == ["epoch 1", "image/png"]
+    assert client.job(handle.id)["state"] == "running"  # (it waits for `go`)
+    png = base64.b64decode(widget.shown.outputs[1]["data"]["image/png"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert all(o["output_type"] == "display_data" for o in widget.shown.outputs)
+    go.touch()
+    wait_for(lambda: widget.state == "succeeded", timeout=60, what="the job to end")
+    wait_for(lambda: drawn(widget)[0] == "epoch 2", what="the update, in its place")
+    assert drawn(widget) == ["epoch 2", "image/png"]
+    assert handle.result() == "done"
+    ended = JobWidget(handle)
+    ended.follow(poll=0.1)  # the job has ended: drawn at once, no thread
+    assert drawn(ended) == ["epoch 2", "image/png"]

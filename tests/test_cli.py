@@ -454,6 +454,7 @@ def test_an_empty_log_says_why_in_words(job, note):
     ({"gpus": "auto", "min_gpus": 2, "max_gpus": 4}, {"vm": [0, 1]},
      "holds 2 on vm 0, 1 (asked auto (2..4))"),
     ({"gpus": 2}, {"vm": [0, 1]}, "holds 2 on vm 0, 1"),
+    ({"gpus": 2, "min_gpus": 1}, {"vm": [0]}, "holds 1 on vm 0 (asked 2 (1..2))"),  # (said "1 or more")
     ({"gpus": "auto", "min_gpus": 2, "launcher": "horovod"}, {}, "asks for auto (2 or more)"),
     ({"gpus": "auto"}, {"vm": [0]}, "holds 1 on vm 0 (asked auto (1: one process; --max-gpus lets it grow))"),
     ({"gpus": "auto", "min_gpus": 2, "launcher": "python"}, {},

@@ -455,6 +455,8 @@ def job_fields(job: dict[str, Any], now: float | None = None) -> list[tuple[str,
     asked = str(spec.get("gpus", 1))
     if spec.get("gpus") == "auto" or spec.get("min_gpus") or spec.get("max_gpus"):
         low, high = spec.get("min_gpus") or 1, spec.get("max_gpus")
+        if high is None and spec.get("gpus") != "auto":  # `--gpus 2 --min-gpus 1`: one or two
+            high = spec.get("gpus", 1)
         if high:
             asked += f" ({low}..{high})"
         elif spec.get("gpus") == "auto" and (spec.get("launcher") or "python") == "python":

@@ -3,11 +3,14 @@
 The job's cell runner records each figure and display it keeps, and each update of one, in the
 job directory (`cell_runner.LiveShown`); the server hands out the records its run signed
 (`GET jobs/{id}/shown`, `Client.shown`). `LiveShown` reads them as the cell waits (`fetch`, in
-any thread) and displays them in the cell's output (`show`, in the kernel's), each place of a
-run under a display id of its own: an update replaces the display in place, as it would in the
-notebook. When the job ends, `finish` puts what the result carries in those places where it is
-not what they show already (what the record left out: a bundle JSON cannot carry, a record past
-its limit), and displays whatever was not shown yet, in order.
+any thread) and displays them in the cell's output (`show`, in the kernel's), each place under
+a display id of its own: an update replaces the display in place, as it would in the notebook.
+A place is its index in the run: a job restarted (a resize, a preemption) runs its cell again
+from the top, and its new run's first figure redraws the old run's first in place, as a cell run
+again replaces its output (a `--gpus auto` job resized four times drew five loss curves).
+When the job ends, `finish` puts what the result carries in those places where it is not what
+they show already (what the record left out: a bundle JSON cannot carry, a record past its
+limit), and displays whatever was not shown yet, in order.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ class LiveShown:
         self.off = False  # the server has no such route (an older one), or the job's directory is gone
         self._lock = threading.Lock()
 
-    def _id(self, run: Any, at: int) -> str:
-        return f"schedulearn-{self.handle.id}-{run}-{at}"
+    def _id(self, at: int) -> str:
+        return f"schedulearn-{self.handle.id}-{at}"
 
     def fetch(self) -> None:
         """Read the records the job wrote since the last call (a few pages at most)."""
@@ -67,7 +70,7 @@ class LiveShown:
             items, self.pending = self.pending, []
         latest: dict[str, dict[str, Any]] = {}  # (in the order the places first came)
         for item in items:
-            latest[self._id(item["run"], item["at"])] = item["bundle"]
+            latest[self._id(item["at"])] = item["bundle"]
         if latest:
             self.draw(latest)
             self.shown.update(latest)
@@ -82,12 +85,12 @@ class LiveShown:
     def finish(self) -> None:
         """The job ended and its result was read (`handle.shown`): each place shown live gets its
         last state; what was not shown live is displayed after it, in order."""
-        places, run = self.handle.shown_places, self.handle.shown_run
+        places = self.handle.shown_places
         if places is None or len(places) != len(self.handle.shown):
             places = [None] * len(self.handle.shown)
         rest = []
         for at, item in zip(places, self.handle.shown, strict=True):
-            did = self._id(run, at) if at is not None else None
+            did = self._id(at) if at is not None else None
             if did is None or did not in self.shown:
                 rest.append(item)
             elif self.shown[did] != _as_sent(item):

@@ -162,6 +162,56 @@ def test_a_wait_displays_what_the_job_shows_as_it_comes_and_its_end_in_place(
     assert SchedulearnMagics._live(handle, TextJobView(io.StringIO())) is None
 
 
+def test_a_restarted_jobs_new_run_redraws_what_the_old_run_showed_in_place(
+        shell: InteractiveShell, client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job restarted by a resize runs its cell again from the top: what the new run shows
+    replaces what the old run showed in the same place (a cell run again replaces its output),
+    not a second copy below it (a `--gpus auto` job resized four times drew five loss curves).
+    Here `elastic-fifo` shrinks a `--gpus auto` job for a newcomer: a checkpoint-restart."""
+    from schedulearn_magics import live as live_module
+    from schedulearn_magics.watch import TextJobView, follow
+
+    go, runs = tmp_path / "go", tmp_path / "runs"
+    before = client.policy()
+    client.set_policy("elastic-fifo")
+    newcomer: list[Any] = []
+    try:
+        handle = cell(shell, f"--no-wait --gpus auto --max-gpus {GPUS} --name reruns",
+                      f"import os, time\nfrom IPython.display import Markdown\nn = {str(runs)!r}\n"
+                      "k = int(open(n).read()) + 1 if os.path.exists(n) else 1\nopen(n, 'w').write(str(k))\n"
+                      "display(Markdown(f'run {k}'))\n"
+                      f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n'done'").result
+        calls: list[tuple[str, str | None, str]] = []
+
+        def seen(kind: str, did: str | None, obj: Any) -> None:
+            calls.append((kind, did, obj["text/markdown"]))
+            if obj["text/markdown"] == "run 1" and not newcomer:  # a newcomer: the job is shrunk
+                newcomer.append(cell(shell, "--no-wait --name newcomer", "'x'").result)
+            elif obj["text/markdown"] != "run 1":
+                go.touch()  # (the newcomer's end may grow it again first: a third run)
+
+        def display(*objs: Any, raw: bool = False, display_id: str | None = None) -> None:
+            for obj in objs:
+                seen("display", display_id, obj)
+
+        monkeypatch.setattr(live_module, "display", display)
+        monkeypatch.setattr(live_module, "update_display",
+                            lambda obj, raw=False, display_id=None: seen("update", display_id, obj))
+        live = live_module.LiveShown(handle)
+        job = follow(handle, TextJobView(open(os.devnull, "w")), poll=0.2, live=live)
+        last = int(runs.read_text())
+        assert job["state"] == "succeeded" and last >= 2, job
+        assert handle.result() == "done"
+        live.finish()  # (the result's place 0 is what the cell shows: nothing more)
+        assert calls[0][::2] == ("display", "run 1") and calls[-1][2] == f"run {last}", calls
+        assert [kind for kind, _, _ in calls[1:]] == ["update"] * (len(calls) - 1), calls  # none below
+        assert {did for _, did, _ in calls} == {f"schedulearn-{handle.id}-0"}
+    finally:
+        client.set_policy(before)
+        for h in newcomer:
+            h.wait(timeout=60)
+
+
 def test_no_wait_returns_a_handle(shell: InteractiveShell, client: Client) -> None:
     r = cell(shell, "--no-wait -o h", "import time\nprint('working', flush=True)\ntime.sleep(1.5)\n'done'")
     assert r.success, r.error_in_exec

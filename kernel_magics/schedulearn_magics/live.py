@@ -7,7 +7,7 @@ any thread) and displays them in the cell's output (`show`, in the kernel's), ea
 a display id of its own: an update replaces the display in place, as it would in the notebook.
 A place is its index in the run: a job restarted (a resize, a preemption) runs its cell again
 from the top, and its new run's first figure redraws the old run's first in place, as a cell run
-again replaces its output (a `--gpus auto` job resized four times drew five loss curves).
+again replaces its output (before, a `--gpus auto` job resized four times showed five curves).
 When the job ends, `finish` puts what the result carries in those places where it is not what
 they show already (what the record left out: a bundle JSON cannot carry, a record past its
 limit), and displays whatever was not shown yet, in order.

@@ -166,7 +166,7 @@ def test_a_restarted_jobs_new_run_redraws_what_the_old_run_showed_in_place(
         shell: InteractiveShell, client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job restarted by a resize runs its cell again from the top: what the new run shows
     replaces what the old run showed in the same place (a cell run again replaces its output),
-    not a second copy below it (a `--gpus auto` job resized four times drew five loss curves).
+    not a second copy below it (before, a `--gpus auto` job resized four times showed five curves).
     Here `elastic-fifo` shrinks a `--gpus auto` job for a newcomer: a checkpoint-restart."""
     from schedulearn_magics import live as live_module
     from schedulearn_magics.watch import TextJobView, follow

@@ -370,10 +370,13 @@ class SchedulearnMagics(Magics):
             delay = min(delay * 1.5, self.poll_interval)
 
     def _interrupted(self, handle: JobHandle, view: JobView) -> JobInterrupted:
-        """What ends a cell whose wait was interrupted: the job cancelled (`cancel_on_interrupt`;
-        a widget goes on following it to its final state, a text view would print into the next
-        cell), or left running with the commands that reach it."""
+        """What ends a cell whose wait was interrupted: the job cancelled (`cancel_on_interrupt`),
+        or left running with the commands that reach it; either way a widget goes on following it
+        to its final state (a text view would print into the next cell; a widget left behind
+        said `running` for good)."""
         if not self.cancel_on_interrupt:
+            if not isinstance(view, TextJobView):
+                follow_in_background(handle, view, poll=handle.poll_interval)
             hint = f"%schedulearn logs {handle.id}, %schedulearn cancel {handle.id}"
             return JobInterrupted(handle.id, f"still {handle.state}; it runs on ({hint})")
         try:

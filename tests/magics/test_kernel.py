@@ -97,6 +97,39 @@ def test_interrupt_cancels_the_awaited_job(kernel: tuple[Any, Any], client: Clie
     assert reply["status"] == "ok"
 
 
+def test_an_interrupt_that_leaves_the_job_running_leaves_its_widget_following_it(
+        kernel: tuple[Any, Any], client: Client, tmp_path: Any) -> None:
+    """With `cancel_on_interrupt` off an interrupt ends the wait, not the job; the cell's widget
+    goes on following the job to its end (it said `running` for good: nothing polled for it)."""
+    km, kc = kernel
+    drain(kc)
+    go = tmp_path / "go"
+    kc.execute_interactive("%config SchedulearnMagics.cancel_on_interrupt = False", timeout=30)
+    try:
+        msg_id = kc.execute(f"%%schedulearn --name runs-on\nimport os, time\n"
+                            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n'x'")
+        job = wait_job(client, "runs-on", "running")
+        km.interrupt_kernel()
+        reply, _ = collect_until_reply(kc, msg_id, timeout=60)
+        assert reply["status"] == "error" and "it runs on" in reply["evalue"], reply
+        assert client.job(job["id"])["state"] == "running"
+        go.touch()
+        said: list[str] = []  # what the widget's parts say from then on
+        deadline = time.monotonic() + 60
+        while not any("succeeded" in text for text in said):
+            assert time.monotonic() < deadline, f"the widget never said the job ended: {said}"
+            try:
+                msg = kc.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                continue
+            state = msg["content"].get("data", {}).get("state") or {} if msg["msg_type"] == "comm_msg" else {}
+            if isinstance(state.get("value"), str):
+                said.append(state["value"])
+        assert client.job(job["id"])["state"] == "succeeded"
+    finally:
+        kc.execute_interactive("%config SchedulearnMagics.cancel_on_interrupt = True", timeout=30)
+
+
 def test_bad_input_in_a_kernel_is_one_line_and_submits_nothing(
     kernel: tuple[Any, Any], client: Client
 ) -> None:

@@ -58,9 +58,10 @@ class JobWidget(w.VBox):
         self.message = w.HTML()
         top = w.HBox([self.header, self.cancel_button, self.message])
         # what the job shows (figures, `display()`), as it shows it, where the widget follows the
-        # job in the background (`follow`): each place an output of its own, updated in place
-        self.shown = w.Output()
-        self._places: dict[str, int] = {}  # display id -> its index in `shown.outputs`
+        # job in the background (`follow`): each place an output widget of its own, updated in
+        # place (an update sends that place alone to the front-end)
+        self.shown = w.VBox()
+        self._places: dict[str, w.Output] = {}  # display id -> its output
         super().__init__([top, self.logview, self.shown], **kw)
         self.add_class("schedulearn-job")
         self._line = views.short_line(handle.job)
@@ -121,15 +122,15 @@ class JobWidget(w.VBox):
 
     def draw_shown(self, latest: dict[str, dict[str, Any]]) -> None:
         """`live.LiveShown`'s drawing, into the widget's own output area (any thread)."""
-        outputs = list(self.shown.outputs)
+        new = []
         for did, bundle in latest.items():
-            out = {"output_type": "display_data", "data": bundle, "metadata": {}}
-            if did in self._places:
-                outputs[self._places[did]] = out
-            else:
-                self._places[did] = len(outputs)
-                outputs.append(out)
-        self.shown.outputs = tuple(outputs)
+            place = self._places.get(did)
+            if place is None:
+                place = self._places[did] = w.Output()
+                new.append(place)
+            place.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+        if new:
+            self.shown.children = (*self.shown.children, *new)
 
     def follow(self, poll: float) -> None:
         """Follow the job to its end in a background thread (at once, its state now): its log,

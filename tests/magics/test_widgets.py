@@ -391,19 +391,24 @@ def test_a_job_widget_following_in_the_background_draws_what_the_job_shows(
     widget = JobWidget(handle)
     widget.follow(poll=0.1)
 
-    def drawn(w: JobWidget) -> list[str]:
-        return [o["data"].get("text/markdown") or sorted(o["data"])[0] for o in w.shown.outputs]
+    def outputs(w: JobWidget) -> list[dict[str, Any]]:  # (each place an Output widget of one output)
+        return [o for place in w.shown.children for o in place.outputs]
 
-    wait_for(lambda: len(widget.shown.outputs) == 2, timeout=60, what="the display and the figure")
+    def drawn(w: JobWidget) -> list[str]:
+        return [o["data"].get("text/markdown") or sorted(o["data"])[0] for o in outputs(w)]
+
+    wait_for(lambda: len(outputs(widget)) == 2, timeout=60, what="the display and the figure")
     assert drawn(widget) == ["epoch 1", "image/png"]
     assert client.job(handle.id)["state"] == "running"  # (it waits for `go`)
-    png = base64.b64decode(widget.shown.outputs[1]["data"]["image/png"])
+    png = base64.b64decode(outputs(widget)[1]["data"]["image/png"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert all(o["output_type"] == "display_data" for o in widget.shown.outputs)
+    assert all(o["output_type"] == "display_data" for o in outputs(widget))
+    figure = widget.shown.children[1]
     go.touch()
     wait_for(lambda: widget.state == "succeeded", timeout=60, what="the job to end")
     wait_for(lambda: drawn(widget)[0] == "epoch 2", what="the update, in its place")
     assert drawn(widget) == ["epoch 2", "image/png"]
+    assert len(widget.shown.children) == 2 and widget.shown.children[1] is figure  # (only the update sent)
     assert handle.result() == "done"
     ended = JobWidget(handle)
     ended.follow(poll=0.1)  # the job has ended: drawn at once, no thread

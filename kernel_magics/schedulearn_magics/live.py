@@ -31,11 +31,15 @@ class LiveShown:
     in the background draws them in its own area (`widgets.JobWidget.draw_shown`): a display
     from that thread would land in whichever cell runs then."""
 
-    def __init__(self, handle: JobHandle, draw: Callable[[dict[str, dict[str, Any]]], None] | None = None):
+    PAGES = 4  # pages (`liveshown.PAGE`, 8 MiB) read at most in one `fetch` (a poll)
+
+    def __init__(self, handle: JobHandle, draw: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+                 catch_up: bool = False):
         self.handle = handle
         self.draw = draw or self.draw_in_cell
+        self.catch_up = catch_up
         self.offset = 0
-        self.pending: list[dict[str, Any]] = []
+        self.pending: dict[int, dict[str, Any]] = {}  # place -> its latest bundle read
         self.shown: dict[str, dict[str, Any]] = {}  # display id -> the bundle it shows
         self.off = False  # the server has no such route (an older one), or the job's directory is gone
         self._lock = threading.Lock()
@@ -43,22 +47,25 @@ class LiveShown:
     def _id(self, at: int) -> str:
         return f"schedulearn-{self.handle.id}-{at}"
 
-    def fetch(self) -> None:
-        """Read the records the job wrote since the last call (a few pages at most)."""
+    def fetch(self, ended: bool = False) -> None:
+        """Read the records the job wrote since the last call: a few pages at most, or, where
+        nothing puts the result's last state in place after (`catch_up`: a widget) and the job
+        has `ended`, all of them (a job that redrew its curve for 50 MB showed an early one)."""
         from schedulearn.client import ClientError
 
-        for _ in range(4):
-            if self.off:
-                return
+        pages = 0
+        while not self.off and (pages < self.PAGES or (ended and self.catch_up)):
             try:
                 items, after = self.handle.client.shown(self.handle.id, self.offset)
             except ClientError as e:
                 if e.status in (404, 405):
                     self.off = True
                 return
-            with self._lock:
-                self.pending.extend(items)
+            with self._lock:  # of several updates of a place only the last is kept
+                for item in items:
+                    self.pending[item["at"]] = item["bundle"]
                 moved, self.offset = after != self.offset, after
+            pages += 1
             if not moved:
                 return
 
@@ -67,10 +74,8 @@ class LiveShown:
         several updates of one place read at once only the last (a cell that starts following a
         job that redrew its curve a thousand times draws it once)."""
         with self._lock:
-            items, self.pending = self.pending, []
-        latest: dict[str, dict[str, Any]] = {}  # (in the order the places first came)
-        for item in items:
-            latest[self._id(item["at"])] = item["bundle"]
+            items, self.pending = self.pending, {}
+        latest = {self._id(at): bundle for at, bundle in items.items()}  # (in the order they first came)
         if latest:
             self.draw(latest)
             self.shown.update(latest)

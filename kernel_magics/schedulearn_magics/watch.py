@@ -146,7 +146,7 @@ def follow(handle: JobHandle, view: JobView, poll: float = 0.5,
             time.sleep(patience.lost(e))  # (raises: a refusal, or a server gone too long)
             continue
         if live is not None and job.get("start_time") is not None:
-            live.fetch()
+            live.fetch(ended=job["state"] in FINAL_STATES)
             live.show()
         if job["state"] in FINAL_STATES:
             return job

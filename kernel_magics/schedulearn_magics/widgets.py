@@ -135,12 +135,12 @@ class JobWidget(w.VBox):
     def follow(self, poll: float) -> None:
         """Follow the job to its end in a background thread (at once, its state now): its log,
         state and what it shows (`draw_shown`). A job that has ended: what it showed, now."""
-        live = LiveShown(self.handle, draw=self.draw_shown)
+        live = LiveShown(self.handle, draw=self.draw_shown, catch_up=True)  # (no result read after)
         job = poll_job(self.handle, self)
         if job.get("state") not in FINAL_STATES:
             follow_in_background(self.handle, self, poll=poll, live=live)
         elif job.get("start_time") is not None:
-            live.fetch()
+            live.fetch(ended=True)
             live.show()
 
     #: the log's end read back at first (and when a job writes faster than the widget polls):

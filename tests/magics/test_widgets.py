@@ -413,3 +413,19 @@ def test_a_job_widget_following_in_the_background_draws_what_the_job_shows(
     ended = JobWidget(handle)
     ended.follow(poll=0.1)  # the job has ended: drawn at once, no thread
     assert drawn(ended) == ["epoch 2", "image/png"]
+
+
+def test_a_widget_of_an_ended_job_shows_the_last_state_of_a_long_record(shell: InteractiveShell) -> None:
+    """A poll reads a few pages of the record (`LiveShown.PAGES` × 8 MiB); a widget reads no
+    result after (a waiting cell's `finish` does), so once the job has ended it reads the rest:
+    a job that redrew one place for 40 MiB showed an early state of it."""
+    handle = shell.run_cell(
+        "%%schedulearn --no-wait --name long-record\nfrom IPython.display import HTML\n"
+        "h = display(HTML('start'), display_id=True)\nfor i in range(1, 41):\n"
+        "    h.update(HTML(f'<p>update {i}</p>' + 'x' * (1 << 20)))\n'done'").result
+    assert handle.result(timeout=120) == "done"
+    widget = JobWidget(handle)
+    widget.follow(poll=0.1)
+    [place] = widget.shown.children
+    [out] = place.outputs
+    assert out["data"]["text/html"].startswith("<p>update 40</p>"), out["data"]["text/html"][:20]

@@ -50,7 +50,7 @@ class LiveShown:
     def fetch(self, ended: bool = False) -> None:
         """Read the records the job wrote since the last call: a few pages at most, or, where
         nothing puts the result's last state in place after (`catch_up`: a widget) and the job
-        has `ended`, all of them (a job that redrew its curve for 50 MB showed an early one)."""
+        has `ended`, all of them (a job that redrew one place for 40 MiB showed update 28 of 40)."""
         from schedulearn.client import ClientError
 
         pages = 0

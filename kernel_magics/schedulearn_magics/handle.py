@@ -117,10 +117,9 @@ class JobHandle:
         #: figures (`ShownFigure`) and the objects it displayed (`ShownObject`); in a notebook
         #: `display(*h.shown)`
         self.shown: list[ShownFigure | ShownObject] = []
-        #: where each of `shown` was among what the cell showed, and the run that showed it (the
-        #: places of the job's live record, `live.LiveShown`); None from a job that did not say
+        #: where each of `shown` was among what the cell showed (the places of the job's live
+        #: record, `live.LiveShown`); None from a job that did not say
         self.shown_places: list[int] | None = None
-        self.shown_run: str | None = None
 
     # -- state -------------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
@@ -247,7 +246,7 @@ class JobHandle:
         if _marked(value, SHOWN_MARK):
             self.shown = [ShownFigure(*item[1:]) if item[0] == "figure" else ShownObject(item[1])
                           for item in value.shown]
-            self.shown_places, self.shown_run = getattr(value, "places", None), getattr(value, "run", None)
+            self.shown_places = getattr(value, "places", None)
             value = load_result(value.value)
         return value
 

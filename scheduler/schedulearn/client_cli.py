@@ -459,9 +459,8 @@ def job_fields(job: dict[str, Any], now: float | None = None) -> list[tuple[str,
             high = spec.get("gpus", 1)
         if high:
             asked += f" ({low}..{high})"
-        elif (spec.get("gpus") == "auto" and (spec.get("launcher") or "python") == "python"
-              and spec.get("application") is None and spec.get("duration") is None):  # as
-            asked += f" ({low}: one process; --max-gpus lets it grow)"  # JobSpec.capped_to_one_process
+        elif JobSpec.model_construct(**spec).capped_to_one_process:  # (the server's spec as it is:
+            asked += f" ({low}: one process; --max-gpus lets it grow)"  # not validated again here)
         else:
             asked += f" ({low} or more)"
     if alloc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -36,9 +36,31 @@ NOW = datetime(2026, 11, 23, 15, 0).timestamp()  # a Monday, 15:00 local time
     ("90 seconds", 90), ("30 secs", 30), ("1 day 2 hours", 26 * 3600),
     ("18:00", 3 * 3600), ("2026-11-24 18:00", 27 * 3600), ("2026-11-23T15:30", 1800),
     ("18:00:30", 3 * 3600 + 30), ("2026-11-24 18:00:30", 27 * 3600 + 30),  # seconds, as a clock shows them
+    ("1w", 7 * 86400), ("2 weeks", 14 * 86400), ("1 wk 2 days", 9 * 86400),
 ])
 def test_parse_reads_durations_times_of_day_and_dates(text, after):
     assert deadlines.parse(text, NOW) == pytest.approx(NOW + after)
+
+
+@pytest.mark.parametrize("text, after", [
+    ("18:00Z", 3 * 3600), ("18:00 UTC", 3 * 3600), ("18:00 +01:00", 2 * 3600), ("16:00-05:00", 6 * 3600),
+    ("2026-11-24 18:00 +01:00", 26 * 3600), ("2026-11-24 18:00:00+01:00", 26 * 3600),
+    ("2026-11-24T18:00Z", 27 * 3600), ("2026-11-24 18:00 UTC", 27 * 3600),
+    ("2026-11-24 18:00 -0100", 28 * 3600),
+])
+def test_a_time_may_carry_its_utc_offset(text, after):
+    """Seen live: `--deadline 2026-12-08 18:00:00+01:00` typed without quotes set the deadline to
+    midnight and made the offset the job's command. With its offset a time is that instant,
+    whatever the server's time zone (a time of day alone is today where the offset says)."""
+    now = datetime(2026, 11, 23, 15, 0, tzinfo=timezone.utc).timestamp()
+    assert deadlines.parse(text, now) == pytest.approx(now + after)
+
+
+def test_times_read_to_the_second_under_ten_minutes():
+    """Seen live: a deadline 89 s away read `in 1 min`, one 59.6 s away `in 60 s`."""
+    f = deadlines.fmt_minutes
+    assert [f(s) for s in (45, 59.6, 89, 120, -89, 599.6, 725, 3900, 2 * 86400 + 3 * 3600)] == [
+        "45 s", "1 min", "1 min 29 s", "2 min", "1 min 29 s", "10 min", "12 min", "1 h 05 min", "2 d 03 h"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -49,10 +71,13 @@ def test_parse_reads_durations_times_of_day_and_dates(text, after):
     ("14:59:59", "deadline: 14:59:59 today has passed; give a date and time (2026-11-24 14:59:59)"),
     ("14:00", "deadline: 14:00 today has passed; give a date and time (2026-11-24 14:00) or a duration"),
     ("2026-11-22 18:00", "deadline: 2026-11-22 18:00:00 is in the past (now 2026-11-23 15:00:00)"),
-    ("0s", "deadline: 2026-11-23 15:00:00 is in the past"),
+    ("0s", "deadline: 0s from now is no time at all; expected a time after submission"),
+    ("2026-11-24", "deadline: 2026-11-24 is a date without a time of day; give one too (2026-11-24 18:00)"),
     ("800h", "deadline: 2026-12-26 23:00:00 is more than 30 days ahead; expected a time within 30 days"),
     ("31d", "deadline: 2026-12-24 15:00:00 is more than 30 days ahead"),
-    ("2 weeks", "deadline: cannot read '2 weeks'"),
+    ("5w", "deadline: 2026-12-28 15:00:00 is more than 30 days ahead"),
+    ("2 months", "deadline: cannot read '2 months'"),
+    ("18:00 +25:00", "deadline: cannot read '18:00 +25:00'"),
     ("2 hourss", "deadline: cannot read '2 hourss'"), ("1h30", "deadline: cannot read '1h30'"),
     ("-5m", "deadline: -5m is a duration back in the past; expected a time after submission"),
     ("-1h30m", "deadline: -1h30m is a duration back in the past"),
@@ -210,11 +235,26 @@ def test_a_value_of_several_words_typed_without_quotes_is_one_value():
     assert attach(["--deadline", "2026-11-24", "--gpus", "2"]) == ["--deadline", "2026-11-24", "--gpus", "2"]
     assert attach(["--deadline", "2026-11-24", "train.py"]) == ["--deadline", "2026-11-24", "train.py"]
     assert attach(["--gpus", "2026-11-24", "18:00"]) == ["--gpus", "2026-11-24", "18:00"]
+    # a UTC offset, written with or without a space, is part of its time
+    assert attach(["--deadline", "2026-11-24", "18:00:00+01:00", "--", "true"]) == [
+        "--deadline=2026-11-24 18:00:00+01:00", "--", "true"]
+    assert attach(["--deadline", "2026-11-24", "18:00", "+01:00", "true"]) == [
+        "--deadline=2026-11-24 18:00 +01:00", "true"]
+    assert attach(["--deadline", "18:00", "UTC", "--gpus", "2"]) == ["--deadline=18:00 UTC", "--gpus", "2"]
+    # a number and a word of time are one value, so that its error names both (not '1' alone and
+    # 'month' taken for the job's command)
+    assert attach(["--deadline", "1", "month", "--", "true"]) == ["--deadline=1 month", "--", "true"]
+    assert attach(["--deadline", "1", "week", "train.py"]) == ["--deadline=1 week", "train.py"]
     # and the CLI then reads it as the date and time it is
     when = datetime.now() + timedelta(days=1)
     args = build_parser().parse_args(attach(["submit", "--deadline", f"{when:%Y-%m-%d}", f"{when:%H:%M}",
                                              "--", "true"]))
     assert build_spec(args)["deadline"] == when.replace(second=0, microsecond=0).timestamp()
+    offset = datetime.now(timezone.utc) + timedelta(days=1)
+    args = build_parser().parse_args(attach(["submit", "--deadline", f"{offset:%Y-%m-%d}",
+                                             f"{offset:%H:%M}+00:00", "--", "true"]))
+    assert build_spec(args)["deadline"] == offset.replace(second=0, microsecond=0).timestamp()
+    assert args.argv[-1:] == ["true"]
     args = build_parser().parse_args(attach(["submit", "--timeout", "1", "hour", "30", "minutes", "--",
                                              "true"]))
     assert build_spec(args)["time_limit"] == 5400

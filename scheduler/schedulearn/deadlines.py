@@ -2,7 +2,8 @@
 
 A job's deadline (`JobSpec.deadline`) is absolute: seconds since the epoch live, virtual seconds
 in simulation. Front-ends turn what users type into it with `parse` (`2h`, `90m`, `1h30m`, `45s`,
-`2d`, `1d12h` relative to now; `18:00` today; `2026-11-24 18:00` or ISO 8601), and the engine
+`2d`, `1d12h`, `1w` relative to now; `18:00` today; `2026-11-24 18:00` or ISO 8601, each with a UTC
+offset if wanted: `18:00Z`, `2026-11-24 18:00 +01:00`), and the engine
 refuses a deadline in the past or more than `HORIZON_S` ahead (`check`: one line naming the field).
 
 What users read (`describe`): `on track`, `at risk` (it can still make it with more GPUs),
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .model import MAX_TIME_LIMIT_S, SpecError
@@ -25,10 +26,32 @@ HORIZON_S = 30 * 86400.0
 STATUSES = ("on_track", "at_risk", "will_miss", "unknown", "met", "missed")
 
 _NUM = r"(\d+(?:\.\d+)?)\s*"  # a number, then a unit: its letter or its word (2h, 2 hours, 2 hrs)
-_DURATION = re.compile(rf"^\s*(?:{_NUM}d(?:ays?)?)?\s*(?:{_NUM}h(?:ours?|rs?)?)?\s*"
+_DURATION = re.compile(rf"^\s*(?:{_NUM}w(?:eeks?|ks?)?)?\s*(?:{_NUM}d(?:ays?)?)?\s*"
+                       rf"(?:{_NUM}h(?:ours?|rs?)?)?\s*"
                        rf"(?:{_NUM}m(?:in(?:ute)?s?)?)?\s*(?:{_NUM}s(?:ec(?:ond)?s?)?)?\s*$", re.IGNORECASE)
-_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")  # 18:00, 18:00:30
+_UNIT_S = (7 * 86400, 86400, 3600, 60, 1)  # the seconds of _DURATION's units, in its order
+#: a UTC offset after a time (`Z`, `UTC`, `+01:00`, `-0500`), typed with or without a space
+_OFFSET = r"(?:Z|UTC|[+-]\d{2}(?::?\d{2})?)"
+_CLOCK = re.compile(rf"^\s*(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?\s*({_OFFSET})?\s*$",  # 18:00, 18:00:30 UTC
+                    re.IGNORECASE)
+_DATE = re.compile(r"^\s*\d{4}-\d{2}-\d{2}\s*$")  # a date without a time of day
 ALLOWED = "a duration (2h, 90m, 1h30m, 2d), a time today (18:00) or a date and time (2026-11-24 18:00)"
+
+
+def _seconds(m: re.Match) -> float:
+    """The seconds of a `_DURATION` match."""
+    return sum(float(g) * unit for g, unit in zip(m.groups(), _UNIT_S, strict=True) if g)
+
+
+def _zone(text: str | None) -> timezone | None:
+    """The time zone of a `_OFFSET` (None: none given, the server's local time)."""
+    if not text:
+        return None
+    if text.upper() in ("Z", "UTC"):
+        return timezone.utc
+    digits = text[1:].replace(":", "")
+    minutes = int(digits[:2]) * 60 + int(digits[2:] or 0)
+    return timezone(timedelta(minutes=minutes if text[0] == "+" else -minutes))
 
 
 def parse(text: str, now: float | None = None) -> float:
@@ -42,20 +65,30 @@ def parse(text: str, now: float | None = None) -> float:
                         "submission, such as 2h or 90m from now")
     m = _DURATION.match(raw)
     if raw and m and any(m.groups()):
-        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        value = now + 86400 * d + 3600 * h + 60 * mi + s
+        if not _seconds(m):
+            raise SpecError(f"deadline: {raw} from now is no time at all; expected a time after "
+                            "submission, such as 2h or 90m from now")
+        value = now + _seconds(m)
     elif (c := _CLOCK.match(raw)) is not None:
         hour, minute, second = int(c.group(1)), int(c.group(2)), int(c.group(3) or 0)
         if hour > 23 or minute > 59 or second > 59:
             raise SpecError(f"deadline: {raw!r} is not a time of day; expected {ALLOWED}")
-        today = datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=second, microsecond=0)
+        try:  # today where the offset says, else in the server's local time
+            zone = _zone(c.group(4))
+        except ValueError:  # (+25:00)
+            raise SpecError(f"deadline: cannot read {raw!r}; expected {ALLOWED}") from None
+        today = datetime.fromtimestamp(now, zone).replace(hour=hour, minute=minute, second=second,
+                                                          microsecond=0)
         value = today.timestamp()
         if value <= now:
             raise SpecError(f"deadline: {raw} today has passed; give a date and time "
-                            f"({datetime.fromtimestamp(now + 86400):%Y-%m-%d} {raw}) or a duration")
+                            f"({datetime.fromtimestamp(now + 86400, zone):%Y-%m-%d} {raw}) or a duration")
+    elif _DATE.match(raw):  # midnight at its start, when "by Tuesday" means Tuesday evening
+        raise SpecError(f"deadline: {raw} is a date without a time of day; give one too "
+                        f"({raw} 18:00), or a duration")
     else:
         try:
-            value = datetime.fromisoformat(raw).timestamp()
+            value = datetime.fromisoformat(re.sub(r"\s*UTC$", "+00:00", raw, flags=re.IGNORECASE)).timestamp()
         except (ValueError, OverflowError, OSError):
             raise SpecError(f"deadline: cannot read {raw!r}; expected {ALLOWED}") from None
     check(value, now)
@@ -88,10 +121,13 @@ def _when(t: float, now: float) -> str:
 
 
 def fmt_minutes(seconds: float) -> str:
-    """`12 min`, `1 h 05 min`, `40 s`; from a day on `2 d 03 h` (as the sidebar: `2d 3h`)."""
-    s = abs(seconds)
+    """`40 s`, `1 min 29 s` (under 10 min), `12 min`, `1 h 05 min`; from a day on `2 d 03 h` (as
+    the sidebar: `2d 3h`)."""
+    s = round(abs(seconds))
     if s < 60:
-        return f"{s:.0f} s"
+        return f"{s} s"
+    if s < 600:  # seconds still count: `1 min 29 s`, not `1 min` (nor 59.6 s as `60 s`)
+        return f"{s // 60} min {s % 60:02d} s" if s % 60 else f"{s // 60} min"
     m = round(s / 60)
     if m < 60:
         return f"{m} min"
@@ -107,11 +143,7 @@ def parse_duration(text: str, option: str = "--timeout") -> float:
         value = float(raw)
     except ValueError:
         m = _DURATION.match(raw)
-        if not raw or not m or not any(m.groups()):
-            value = -1.0
-        else:
-            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            value = 86400 * d + 3600 * h + 60 * mi + s
+        value = _seconds(m) if raw and m and any(m.groups()) else -1.0
     if not value > 0 or value == float("inf"):
         raise SpecError(f"{option}: expected a duration > 0 such as 90, 90s, 10m, 2h or 1h30m, got {text!r}")
     return value
@@ -132,14 +164,18 @@ def parse_timeout(text: str, option: str = "--timeout") -> float:
 VALUE_OPTIONS = ("--deadline", "--timeout", "--since")
 
 
-_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}(:\d{2}(\.\d+)?)?")
-_MAX_WORDS = 8  # "1 d 2 h 30 m 10 s"
+_DATE_TIME = re.compile(rf"\d{{4}}-\d{{2}}-\d{{2}}[ T]\d{{1,2}}:\d{{2}}(:\d{{2}}(\.\d+)?)?( ?{_OFFSET})?",
+                        re.IGNORECASE)
+#: a number and a word of time that is no unit here (`1 month`): one value, for its error to name
+_TIME_WORDS = re.compile(r"\d+(\.\d+)? (months?|mos?|years?|yrs?|fortnights?)", re.IGNORECASE)
+_MAX_WORDS = 10  # "1 w 1 d 2 h 30 m 10 s"
 
 
 def _one_value(words: list[str]) -> bool:
-    """Whether these words, joined by spaces, are one value: a date and time or a duration."""
+    """Whether these words, joined by spaces, are one value: a date and time (with its UTC
+    offset), a time of day and its offset, or a duration (or one in units no option reads)."""
     text = " ".join(words)
-    if _DATE_TIME.fullmatch(text):
+    if _DATE_TIME.fullmatch(text) or _TIME_WORDS.fullmatch(text) or _CLOCK.match(text):
         return True
     m = _DURATION.match(text)
     return bool(m and any(m.groups()))

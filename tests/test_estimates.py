@@ -518,6 +518,17 @@ def test_after_its_first_progress_report_the_time_left_follows_the_pace_of_its_r
     assert summary(job, 37.0, Similar())["eta_s"] == pytest.approx(0.9 / (0.05 / 20), rel=0.01)
 
 
+def test_a_job_whose_progress_says_done_has_no_time_left_and_is_on_track():
+    """Seen live: a job whose first progress report said done (`report(progress=2)`, read as 1)
+    and ran on (saving its model) read `no estimate yet`, with no time left: one report has no
+    rate, and the work left was taken as unknown where (1 - progress) makes it nothing."""
+    job = Job(id=1, spec=JobSpec(command=["train"], gpus=1, deadline=600.0), submit_time=0.0)
+    job.state, job.alloc, job.since = JobState.running, {"n": (0,)}, 0.0
+    ingest(job, [{"t": 17.0, "progress": 1.0}])
+    out = summary(job, 20.0, None, 4)
+    assert out["progress"] == 1.0 and out["eta_s"] == 0.0 and out["deadline_status"] == "on_track", out
+
+
 # -- reports, live -----------------------------------------------------------------------------------
 def test_reports_from_metrics_jsonl_fold_incrementally(tmp_path):
     path = tmp_path / "metrics.jsonl"

@@ -49,6 +49,8 @@ EFFICIENCY_GROWTH = 0.7
 def work_left_s1(job: Job, est: Estimate, now: float, predicted: float | None = None) -> float | None:
     """Seconds on one GPU `job` still needs (None when nothing tells), counted from now."""
     p, own = est.progress, est.total_s1()
+    if p is not None and p >= 1.0:  # done by its own word: nothing left, whatever its rate
+        return 0.0
     if predicted is not None and not math.isfinite(predicted):
         predicted = None
     if p is None:

@@ -237,7 +237,11 @@ class Estimate:
         return work / done if done > 1e-9 else None
 
     def remaining_work(self) -> float | None:
-        """Goodput-seconds of work left (None when the reports cannot tell)."""
+        """Goodput-seconds of work left (None when the reports cannot tell; none once its
+        progress says done, whatever its rate: a job that said so in its first report, and ran on
+        to save its model, read `no estimate yet` and had no time left)."""
+        if self.progress is not None and self.progress >= 1.0:
+            return 0.0
         k = self.work_per_progress() if self.progress is not None else None
         return None if k is None else max(1.0 - self.progress, 0.0) * k
 

@@ -499,7 +499,8 @@ def test_a_report_field_the_scheduler_does_not_read_is_said_once_on_stderr(tmp_p
         elastic.report(progess=0.5)
         elastic.report(progress=2)
     elastic.report(progress="0.5", step_time=0.1, batch_size=8, epoch=1, epochs=4, grad_sqr=1.0)  # all read
-    elastic.report(progress=-1)  # (progress said already)
+    elastic.report(progress=-1)  # another slip of the same field: said too
+    elastic.report(progress=-2)  # (the same: said already)
     said = capsys.readouterr().err.splitlines()
     assert said == [
         "schedulearn.elastic.report: 'progess' is not a field the scheduler reads (it reads: accum_steps, "
@@ -507,8 +508,9 @@ def test_a_report_field_the_scheduler_does_not_read_is_said_once_on_stderr(tmp_p
         "max_local_bsz, num_gpus, num_nodes, progress, restart, step, step_time, t, timed_steps, "
         "total_steps); written, and ignored",
         "schedulearn.elastic.report: progress: expected a fraction from 0 to 1, got 2 (read as 1: done)",
+        "schedulearn.elastic.report: progress: expected a fraction from 0 to 1, got -1 (read as 0)",
     ], said
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 9
 
 
 def test_a_report_of_tensors_is_written_as_numbers_and_a_slip_never_stops_the_run(tmp_path, monkeypatch,
@@ -539,7 +541,42 @@ def test_a_report_of_tensors_is_written_as_numbers_and_a_slip_never_stops_the_ru
     assert capsys.readouterr().err.splitlines() == [
         f"{said}step_time: expected a number, got str 'x'; left out of the report",
         f"{said}batch_size: expected a number, got Tensor tensor([1., 1.]); left out of the report",
-        f"{said}progress: expected a number or text, got Tensor tensor([1., 1., 1.]); left out of the report",
+        f"{said}progress: expected a number, got Tensor tensor([1., 1., 1.]); left out of the report",
+    ]
+
+
+def test_a_report_writes_only_finite_numbers_for_the_fields_the_scheduler_reads(tmp_path, monkeypatch,
+                                                                               capsys):
+    """`report(step_time=nan)` wrote `NaN`, a token strict JSON readers refuse (`jq`, a browser's
+    `JSON.parse`), without a word; `progress=None` wrote `null`, `batch_size=True` a batch of 1.
+    Every line of metrics.jsonl is now strict JSON: a value that is not a finite number is left
+    out and said once (per field and slip), None is a field not given, and a bool is no number."""
+    import numpy as np
+    from schedulearn import elastic
+
+    monkeypatch.setenv("SCHEDULEARN_JOB_DIR", str(tmp_path))
+    monkeypatch.setattr(elastic, "_said", set())
+    elastic.report(step_time=float("nan"), grad_var=np.float32("inf"), progress=None, batch_size=True,
+                   loss=float("-inf"), num_gpus=4, epoch=1.5, note="warm-up")
+    elastic.report(step_time=float("inf"), batch_size=False, progress=float("nan"))
+    elastic.report(step_time=0.5, batch_size=8, progress=0.25, loss=0.75)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    def strict(constant: str) -> None:
+        pytest.fail(f"{constant} written: not JSON")
+
+    first, second, third = (json.loads(line, parse_constant=strict) for line in lines)
+    assert not {"step_time", "grad_var", "progress", "batch_size", "loss"} & (set(first) | set(second))
+    assert (first["num_gpus"], first["epoch"], first["note"]) == (4, 1.5, "warm-up")
+    assert isinstance(first["num_gpus"], int)
+    assert [third[k] for k in ("step_time", "batch_size", "progress", "loss")] == [0.5, 8, 0.25, 0.75]
+    said = "schedulearn.elastic.report: "
+    err = [line for line in capsys.readouterr().err.splitlines() if "is not a field the" not in line]
+    assert err == [
+        f"{said}step_time: expected a finite number, got nan; left out of the report",
+        f"{said}batch_size: expected a number, got bool True; left out of the report",
+        f"{said}grad_var: expected a finite number, got inf; left out of the report",
+        f"{said}loss: expected a finite number, got -inf; left out of the report",
+        f"{said}progress: expected a finite number, got nan; left out of the report",
     ]
 
 

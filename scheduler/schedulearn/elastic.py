@@ -190,15 +190,20 @@ def report(step_time: float | None = None, batch_size: int | None = None, **extr
     given = {**{k: v for k, v in (("step_time", step_time), ("batch_size", batch_size)) if v is not None},
              **extra}  # what the caller says wins (a loop that knows its own placement better)
     for key, value in given.items():
-        kind = {"step_time": float, "batch_size": int}.get(key)
+        if value is None:  # not given (`report(progress=None)` where the loop does not know yet)
+            continue
+        kind = int if key == "batch_size" else float if key in REPORT_FIELDS else None
         plain = _plain(value, kind)
-        if plain is _UNWRITABLE:
+        if isinstance(plain, float) and not math.isfinite(plain):  # JSON has no NaN: written, it
+            _say_once(f"{key}/finite", f"{key}: expected a finite number, got {plain}; left out of "
+                                       "the report")  # was a token a strict reader refuses
+        elif plain is _UNWRITABLE:
             what = "a number" if kind else "a number or text"
-            _say_once(key, f"{key}: expected {what}, got {type(value).__name__} {_short(value)}; "
-                           f"left out of the report")
+            _say_once(f"{key}/type", f"{key}: expected {what}, got {type(value).__name__} {_short(value)}; "
+                                     f"left out of the report")
         else:
             rec[key] = plain
-    _say_what_is_ignored(extra)
+    _say_what_is_ignored({k: v for k, v in extra.items() if k in rec})
     with open(job_dir() / METRICS_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")
 
@@ -208,8 +213,9 @@ _UNWRITABLE = object()
 
 def _plain(value: Any, kind: type | None = None) -> Any:
     """`value` as a report can hold it: a torch or numpy scalar (a 0-d tensor, `loss` without its
-    `.item()`, `np.float32`) as its Python number, `kind` where given; `_UNWRITABLE` where it has
-    none. Such a value made `report` raise (`Object of type Tensor is not JSON serializable`) and
+    `.item()`, `np.float32`) as its Python number, `kind` where given (a field the scheduler
+    reads: a number, an int left one, never a bool); `_UNWRITABLE` where it has none. Such a value
+    made `report` raise (`Object of type Tensor is not JSON serializable`) and
     stop the training run it was only meant to describe."""
     if kind is None:
         try:
@@ -224,6 +230,10 @@ def _plain(value: Any, kind: type | None = None) -> Any:
             return _UNWRITABLE
     if kind is None and isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, bool):  # a field the scheduler reads is a number (True made a batch of 1)
+        return _UNWRITABLE
+    if kind is float and isinstance(value, int):
+        return value  # (a count stays one: `num_gpus` 4, not 4.0)
     try:
         return (kind or float)(value)
     except (TypeError, ValueError, OverflowError):
@@ -240,21 +250,23 @@ _said: set[str] = set()
 
 def _say_what_is_ignored(extra: dict[str, Any]) -> None:
     """A field the scheduler does not read (a typo: `progess=0.5` left the job without a progress
-    bar, without a word), or a progress it reads otherwise than meant, is said once per field on
-    stderr (the job's log). Never raised: a slip in a report must not stop a training run."""
+    bar, without a word), or a progress it reads otherwise than meant, is said once per field (a
+    progress once per reading: 2 and then -0.5 are two slips) on stderr (the job's log). Never
+    raised: a slip in a report must not stop a training run."""
     for key, value in extra.items():
         if key not in REPORT_FIELDS:
             note = (f"{key!r} is not a field the scheduler reads (it reads: "
                     f"{', '.join(sorted(REPORT_FIELDS))}); written, and ignored")
         elif key == "progress" and (read := _progress_read(value)) is not None:
             note = f"progress: expected a fraction from 0 to 1, got {value!r} (read as {read})"
+            key = f"progress/{read}"  # (2 said, then -0.5 is another slip)
         else:
             continue
         _say_once(key, note)
 
 
 def _say_once(key: str, note: str) -> None:
-    """`note` on stderr (the job's log), once per report field."""
+    """`note` on stderr (the job's log), once per `key`: a report field and what is wrong with it."""
     if key not in _said:
         _said.add(key)
         print(f"schedulearn.elastic.report: {note}", file=sys.stderr, flush=True)

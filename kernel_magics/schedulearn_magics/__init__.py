@@ -28,6 +28,23 @@ def load_ipython_extension(ipython: Any) -> None:
             transformers.append(async_cell_transformer)
         if async_result_transformer not in ipython.input_transformers_post:  # (run_line_magic calls)
             ipython.input_transformers_post.append(async_result_transformer)
+        _fresh_traceback()
+        if _fresh_traceback not in ipython.events.callbacks["pre_run_cell"]:
+            ipython.events.register("pre_run_cell", _fresh_traceback)
+
+
+def _fresh_traceback(info: Any = None) -> None:
+    """Before each cell, what ipykernel's own `run_cell` resets and its async path does not: an
+    awaited cell (ours) goes the async path, and ipykernel's reply to it reads the shell's last
+    traceback. A UsageError (bad input: one line, no traceback) in a kernel's first cell so found
+    none and the kernel never answered (`AttributeError: ... '_last_traceback'`: the cell stayed
+    `[*]`); in a later cell its reply carried the traceback of an earlier cell's error."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell._last_traceback = None
+        shell._last_traceback_during_displayhook = False
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -37,6 +54,8 @@ def unload_ipython_extension(ipython: Any) -> None:
         ipython.input_transformers_cleanup.remove(async_cell_transformer)
     if async_result_transformer in ipython.input_transformers_post:
         ipython.input_transformers_post.remove(async_result_transformer)
+    if _fresh_traceback in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.unregister("pre_run_cell", _fresh_traceback)
     magics = ipython.magics_manager.magics
     magics["cell"].pop("schedulearn", None)
     magics["line"].pop("schedulearn", None)

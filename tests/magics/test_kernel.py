@@ -148,6 +148,28 @@ def test_bad_input_in_a_kernel_is_one_line_and_submits_nothing(
     assert len(client.jobs()) == before
 
 
+def test_bad_input_in_a_fresh_kernels_first_cell_is_answered_with_its_own_error() -> None:
+    """Seen live: `%%schedulearn --gpus 0` as a kernel's first cell printed its one line, and the
+    kernel never answered (the cell stayed `[*]`; nbclient timed out): the awaited cell goes
+    ipykernel's async path, which does not reset the shell's last traceback that its reply reads
+    (`AttributeError: ... '_last_traceback'`), and in a later cell the reply carried the traceback
+    of an earlier cell's error. The magics load on their own here (the kernel config), as in
+    JupyterLab: no plain cell runs first."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        for code, ename in [("%%schedulearn --gpus 0\n1", "UsageError"), ("1 / 0", "ZeroDivisionError"),
+                            ("%%schedulearn --gpus abc\n1", "UsageError")]:
+            reply, _ = collect_until_reply(kc, kc.execute(code), timeout=30)
+            assert reply["status"] == "error" and reply["ename"] == ename, reply
+            if ename == "UsageError":
+                assert reply["evalue"].startswith("--gpus: expected an integer >= 1") and not reply["traceback"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def test_autoawait_off_falls_back_to_the_blocking_magic(kernel: tuple[Any, Any]) -> None:
     _, kc = kernel
     drain(kc)

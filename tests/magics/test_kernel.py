@@ -164,7 +164,8 @@ def test_bad_input_in_a_fresh_kernels_first_cell_is_answered_with_its_own_error(
             reply, _ = collect_until_reply(kc, kc.execute(code), timeout=30)
             assert reply["status"] == "error" and reply["ename"] == ename, reply
             if ename == "UsageError":
-                assert reply["evalue"].startswith("--gpus: expected an integer >= 1") and not reply["traceback"]
+                assert reply["evalue"].startswith("--gpus: expected an integer >= 1"), reply
+                assert not reply["traceback"], reply  # (not the ZeroDivisionError's)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -43,8 +43,17 @@ class JobCancelled(JobFailed):
     def __init__(self, job: dict[str, Any], by_you: bool = False):
         self.by_you = by_you
         super().__init__(job)
+        head = f"job {job.get('id')} ({job.get('name')}) cancelled"
+        reason = (job.get("reason") or "").strip()
+        last = reason.splitlines()[-1] if reason else ""
         if by_you:
-            self.args = (f"job {job.get('id')} ({job.get('name')}) cancelled by you",)
+            self.args = (f"{head} by you",)
+        elif last in ("", "cancelled"):  # by its own user (the server names an admin who cancels
+            user = job.get("user") or (job.get("spec") or {}).get("user")  # another's job); no
+            self.args = (f"{head} by its user" + (f", {user}" if user else ""),)  # `exit code 143`:
+        else:  # the SIGTERM's, not news
+            self.args = (f"{head}{last.removeprefix('cancelled')}" if last.startswith("cancelled ")
+                         else f"{head}: {last}",)
 
     def _render_traceback_(self) -> list[str]:
         return [f"JobCancelled: {self}"]
@@ -101,6 +110,12 @@ class JobInterrupted(Exception):
         return [f"KeyboardInterrupt: {self}"]
 
 
+#: the jobs this kernel cancelled (a handle's `cancel()`, its widget's Cancel, an interrupt,
+#: `%schedulearn cancel ID`): any later view of one says `cancelled by you` (the server keeps
+#: who cancelled a job only where an admin cancelled another's)
+CANCELLED_HERE: set[int] = set()
+
+
 class JobHandle:
     """A job on the Schedulearn server. `state` asks the server each time it is read."""
 
@@ -108,8 +123,9 @@ class JobHandle:
         self.client = client
         self.id: int = int(job["id"])
         self.job: dict[str, Any] = job
-        #: this handle (its widget's Cancel, a kernel interrupt, `cancel()`) asked for the cancel
-        self.cancelled_by_you = False
+        #: this kernel (this handle's widget's Cancel, a kernel interrupt, `cancel()`, `%schedulearn
+        #: cancel ID`) asked for the cancel
+        self.cancelled_by_you = self.id in CANCELLED_HERE
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
         self._log_reader: LogReader | None = None  # where `new_logs` goes on from
@@ -166,6 +182,7 @@ class JobHandle:
         try:
             self.client.cancel(self.id)
             self.cancelled_by_you = True
+            CANCELLED_HERE.add(self.id)
         except Exception:
             if self.refresh()["state"] not in FINAL_STATES:
                 raise

@@ -36,7 +36,14 @@ from traitlets import Bool, Float, Int
 
 from . import bundle, views
 from ._client import ServerError, connect, empty_log_note
-from .handle import FINAL_STATES, JobHandle, JobInterrupted, ValueNotKept, job_ended_without_result
+from .handle import (
+    CANCELLED_HERE,
+    FINAL_STATES,
+    JobHandle,
+    JobInterrupted,
+    ValueNotKept,
+    job_ended_without_result,
+)
 from .live import LiveShown, show_shown
 from .watch import (
     JobView,
@@ -80,9 +87,15 @@ def check_spec(spec: dict[str, Any]) -> None:
     try:
         JobSpec.parse(spec)
     except SpecError as e:
-        field, sep, rest = str(e).partition(": ")
-        rest = _GPU_FIELDS.sub(lambda m: OPTIONS[m.group(1)], rest)
-        raise UsageError(f"{OPTIONS.get(field, field)}{sep}{rest}") from None
+        raise UsageError(in_options(str(e))) from None
+
+
+def in_options(message: str) -> str:
+    """A message that names JobSpec fields (`gpus: at most 4 ...`, the model's or the server's),
+    in the cell magic's words (`--gpus: at most 4 ...`)."""
+    field, sep, rest = message.partition(": ")
+    rest = _GPU_FIELDS.sub(lambda m: OPTIONS[m.group(1)], rest)
+    return f"{OPTIONS.get(field, field)}{sep}{rest}"
 
 
 @magics_class
@@ -290,7 +303,11 @@ class SchedulearnMagics(Magics):
         # directory, where they are unpacked (not over the notebook's own files).
         if not args.files and (here := self._call(self.client.default_workdir)):
             spec["workdir"] = here
-        handle = JobHandle(self.client, self._call(self.client.submit, spec))
+        try:  # what only the server checks (the cluster's GPUs, the executor's images) in the
+            job = self.client.submit(spec)  # options' words too, as what the kernel checks
+        except ServerError as e:
+            raise UsageError(in_options(str(e))) from None
+        handle = JobHandle(self.client, job)
         # the notes once the job is in (a refused submission is its one-line error alone)
         if note := one_process_note(JobSpec.parse(spec), "cell"):  # (why auto gives it one GPU)
             print(note, file=sys.stderr)
@@ -529,6 +546,7 @@ class SchedulearnMagics(Magics):
 
     def _cancel(self, rest: list[str]) -> None:
         job = self._call(self.client.cancel, self._job_id("cancel", rest))
+        CANCELLED_HERE.add(int(job["id"]))  # (its result, read later here, says `cancelled by you`)
         print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] == "running" else ""))
 
     def _result(self, rest: list[str]) -> Any:

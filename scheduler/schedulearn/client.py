@@ -108,8 +108,9 @@ def resolve(url: str | None = None, token: str | None = None) -> tuple[str, str,
     info = find_server()
     if info is None:
         raise ClientError(
-            "url: no Schedulearn server found; pass --url/--token, set SCHEDULEARN_URL and "
-            f"SCHEDULEARN_TOKEN, or start Jupyter with the extension (runtime dir {runtime_dir()})")
+            "url: no Schedulearn server found; set SCHEDULEARN_URL and SCHEDULEARN_TOKEN (the CLI "
+            "also takes --url/--token), or start Jupyter with the extension (runtime dir "
+            f"{runtime_dir()})")
     return api_url(info["url"]), token if token is not None else info.get("token", ""), info["source"]
 
 

@@ -732,7 +732,26 @@ def test_a_job_cancelled_elsewhere_ends_the_cell_in_one_line(shell: InteractiveS
     err = r.error_in_exec
     assert isinstance(err, JobCancelled) and not err.by_you, err
     assert err._render_traceback_() == [f"JobCancelled: {err}"]  # one line, no log tail
-    assert str(err).startswith(f"job {err.job['id']} (cancelled-elsewhere) cancelled")
+    # its own user cancelled it, elsewhere: said so, without the SIGTERM's `exit code 143`
+    job_id, user = err.job["id"], err.job["user"]
+    assert str(err) == f"job {job_id} (cancelled-elsewhere) cancelled by its user, {user}"
+
+
+def test_a_job_cancelled_here_by_its_id_reads_cancelled_by_you(shell: InteractiveShell,
+                                                              client: Client) -> None:
+    """Seen live: `%schedulearn cancel 10` then `%schedulearn result 10` said `cancelled: exit
+    code 143: cancelled`, as if someone else had (the server keeps who cancelled a job only where
+    an admin cancelled another's): what this kernel cancelled, any later view says so."""
+    handle = cell(shell, "--no-wait --name cancelled-here", "import time\ntime.sleep(120)").result
+    wait_job(client, "cancelled-here", "running")
+    shell.run_line_magic("schedulearn", f"cancel {handle.id}")
+    deadline = time.monotonic() + 60
+    while client.job(handle.id)["state"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    r = shell.run_cell(f"%schedulearn result {handle.id}")
+    err = r.error_in_exec
+    assert isinstance(err, JobCancelled) and err.by_you, err
+    assert str(err) == f"job {handle.id} (cancelled-here) cancelled by you"
 
 
 def test_interrupt_can_leave_the_job_running(shell: InteractiveShell, client: Client,

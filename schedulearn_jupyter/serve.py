@@ -36,6 +36,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from schedulearn import policies
 from schedulearn.deadlines import parse_duration
 from schedulearn.executors import registry
 from schedulearn.model import SpecError
@@ -74,19 +75,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'same' (the account named like the user) or 'server' (every job as this server's "
                         "account: no isolation). Needs root. Default: $SCHEDULEARN_USER_MAP")
     p.add_argument("--admins", default=env("SCHEDULEARN_ADMINS"),
-                   help="comma-separated user names who may switch the policy (default: "
+                   help="comma-separated user names who may switch the policy, pause and resume "
+                        "scheduling, and cancel anyone's job (default: "
                         "$SCHEDULEARN_ADMINS; without --tokens, the one user; with --tokens, nobody)")
     p.add_argument("--store", default=env(STORE_ENV),
                    help="store URL (postgresql+psycopg://... for a shared set-up; default: "
                         f"${STORE_ENV}, else a SQLite file in the user's data dir); a password belongs in "
                         f"${STORE_ENV} or ~/.pgpass, not here: ps shows arguments to everyone")
     p.add_argument("--executor", default=env("SCHEDULEARN_EXECUTOR", "local"),
+                   type=_choice("SCHEDULEARN_EXECUTOR", registry.names),
                    help=" | ".join(registry.names()) + f" ({registry.describe()})")
     p.add_argument("--virtual-gpus", type=_number(int, "SCHEDULEARN_VIRTUAL_GPUS", "an integer >= 0", 0),
                    default=env("SCHEDULEARN_VIRTUAL_GPUS", "0"),
                    help="virtual GPUs per host when NVML finds none "
                         "(default: $SCHEDULEARN_VIRTUAL_GPUS or 0)")
     p.add_argument("--policy", default=env("SCHEDULEARN_DEFAULT_POLICY", "fifo"),
+                   type=_choice("SCHEDULEARN_DEFAULT_POLICY", lambda: list(policies.policy_classes())),
                    help="policy at first start")
     p.add_argument("--cancel-grace", type=_number(float, "SCHEDULEARN_CANCEL_GRACE", "seconds >= 0", 0.0),
                    default=env("SCHEDULEARN_CANCEL_GRACE", "10"), metavar="S",
@@ -142,6 +146,18 @@ def _number(kind: type, variable: str, allowed: str, least: float, most: float =
                 or (strict and value == least)):
             raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r} (the flag or ${variable})")
         return value
+    return convert
+
+
+def _choice(variable: str, names: Any) -> Any:
+    """An argparse type for a flag that names one of `names()` (executors, policies: plugins
+    add theirs), whose default is `variable`: a bad one names the flag and the variable, as the
+    number flags' (it said `executor: expected one of ...` of `SCHEDULEARN_EXECUTOR=kubernetes`)."""
+    def convert(text: str) -> str:
+        if text not in (known := list(names())):
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(known)}, got {text!r} "
+                                             f"(the flag or ${variable})")
+        return text
     return convert
 
 

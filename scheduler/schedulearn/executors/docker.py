@@ -1040,7 +1040,7 @@ VOLUMES = Option("docker_volumes", [], "binds every job's containers get, SRC:DS
                  "read-only code tree; SRC on every Docker host)", flag="--docker-volume")
 PYTHON = Option("docker_python", "python3", "the Python interpreter in the jobs' images")
 PULL = Option("docker_pull", "never", "pull a job's image onto a host that lacks it: never (a missing "
-              "image fails the job) or missing")
+              "image fails the job) or missing", choices=PULL_POLICIES)
 
 
 def docker_hosts(settings: Settings) -> list[str]:

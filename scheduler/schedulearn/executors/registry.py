@@ -47,6 +47,7 @@ class Option:
     default: Any
     help: str
     flag: str = ""
+    choices: tuple[str, ...] = ()  # a text setting's allowed values (none: any text)
 
     @property
     def env(self) -> str:
@@ -72,7 +73,9 @@ class Option:
             except ValueError:
                 what = "an integer" if kind is int else "a number"
                 raise ValueError(f"{self.env}: expected {what}, got {text!r}") from None
-        return text
+        if self.choices and text not in self.choices:  # (refused where it is set, whichever
+            raise ValueError(f"{self.env}: expected one of {', '.join(self.choices)}, got {text!r}")
+        return text  # executor runs: `SCHEDULEARN_DOCKER_PULL=sometimes` passed under `local`)
 
     def from_env(self) -> Any:
         """Its value from `SCHEDULEARN_<NAME>`, or its default."""

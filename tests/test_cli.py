@@ -177,6 +177,8 @@ def test_malformed_trace_names_file_line_and_field(tmp_path):
     (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--limit", "0"),
      "argument --limit: expected a positive number, got '0'"),
     (("simulate", "nope.csv", "--policy", "fifo", "--cluster", "2x4"), "trace: no such file 'nope.csv'"),
+    (("simulate", "tests", "--policy", "fifo", "--cluster", "2x4"),
+     "trace: 'tests' is a folder; expected a CSV trace file"),
     (("simulate", SMALL, "--policy", "fifo", "--cluster", "2x4", "--start", "2017-10-01"),
      "--start: only for Philly traces"),
     (("simulate", SMALL, "--policy", "fifo"), "--cluster: required for rigid and Philly traces"),
@@ -205,7 +207,11 @@ def test_a_bad_serve_variable_is_serves_one_line_error_and_no_other_commands(mon
     bad variable (exported for the Jupyter extension, say) made every command a traceback."""
     for variable, flag, value in [("SCHEDULEARN_TICK", "--tick", "abc"), ("SCHEDULEARN_PORT", "--port", "x"),
                                   ("SCHEDULEARN_VIRTUAL_GPUS", "--virtual-gpus", "two"),
-                                  ("SCHEDULEARN_SLURM_POLL_INTERVAL", "--slurm-poll-interval", "fast")]:
+                                  ("SCHEDULEARN_SLURM_POLL_INTERVAL", "--slurm-poll-interval", "fast"),
+                                  # (these said `executor: expected ...`, `policy: unknown ...`)
+                                  ("SCHEDULEARN_EXECUTOR", "--executor", "kubernetes"),
+                                  ("SCHEDULEARN_DEFAULT_POLICY", "--policy", "nope"),
+                                  ("SCHEDULEARN_DOCKER_PULL", "--docker-pull", "sometimes")]:  # (passed)
         monkeypatch.setenv(variable, value)
         p = cli("policies")
         assert p.returncode == 0 and "qoe" in p.stdout, p.stderr

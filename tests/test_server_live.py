@@ -10,12 +10,16 @@ import os
 import re
 import signal
 import socket
+import stat
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from schedulearn.client import Client, ClientError, LogReader
 from schedulearn.executors.local import PID_FILE
@@ -442,6 +446,24 @@ def test_trace_writes_the_finished_jobs_for_the_simulator_to_replay(live_server:
     # Neither waited: replayed, each takes its run time as written, to a tenth of a second (a
     # 1.06 s run reads 1.1): no later than it did, but for that rounding (it failed 1 run in 3)
     assert replay["avg_jct_s"] <= sum(j["end_time"] - j["submit_time"] for j in live) / 2 + 0.05 + 1e-9
+    # the line of their figures as they ran names the replay's (p99, not a max it does not print)
+    assert said[1].split(", ")[:3] == ["as they ran here: avg JCT {:.0f} s".format(
+        statistics.fmean(jcts := [j["end_time"] - j["submit_time"] for j in live])),
+        f"p50 {statistics.median(jcts):.0f} s", f"p99 {float(np.percentile(jcts, 99)):.0f} s"], said
+    # `-o` a pipe (or /dev/null) is written into, not renamed over: `trace -o /dev/null` run as
+    # root left a regular file there, and the machine's next `> /dev/null` of another account failed
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()), daemon=True)
+    reader.start()
+    assert main(["trace", *where, "-o", str(pipe)]) == 0
+    reader.join(10)
+    assert stat.S_ISFIFO(pipe.stat().st_mode), "the pipe was replaced"
+    assert got and got[0].splitlines()[:3] == out.read_text().splitlines(), got  # (and the long job now)
+    assert main(["trace", *where, "-o", str(tmp_path)]) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said == f"schedulearn: output: cannot write {tmp_path} (a folder)", said
 
 
 def test_pause_and_resume_from_the_cli(live_server: LiveServer, capsys) -> None:

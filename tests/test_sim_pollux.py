@@ -225,7 +225,8 @@ def test_plot_labels_identical_policies_keeps_legends_off_the_curves_and_reads_a
     assert names & {"a", "b", "c"}, names  # job names on the bars
     key = [t.get_text() for t in gantt.get_legend().get_texts()]
     assert set(key) <= {"a", "b", "c"} and key
-    assert [fmt_duration(s) for s in (45, 300, 7200, 129600)] == ["45 s", "5 min", "2 h", "1.5 d"]
+    assert [fmt_duration(s) for s in (45, 300, 7200, 129600, 5.80526)] == ["45 s", "5 min", "2 h", "1.5 d",
+                                                                           "5.81 s"]
 
 
 def test_identical_results_share_one_curve(tmp_path):

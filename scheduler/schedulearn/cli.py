@@ -404,7 +404,8 @@ def register(subparsers: Any) -> None:
                         "simulator's ground truth (oracle: an upper bound, not what a live job gives)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the results into an image (the format "
                    "follows the suffix: .png, .svg, .pdf, ...; PNG where there is none)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="nothing on stderr but errors: no settings line, no progress, no summary lines")
     p.set_defaults(func=cmd_simulate)
 
 

@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import deadlines, history
 from .client import (
     Client,
@@ -642,6 +644,31 @@ def since_time(text: str, now: float | None = None) -> float:
                           f"(2026-11-01, 2026-11-01 09:00), got {text!r}") from None
 
 
+def _write_out(path: Path, text: str) -> str | None:
+    """Write `text` to `path` whole or not at all (a file beside it, then renamed over it); a
+    path that is there and no regular file — `/dev/null`, a pipe — is written into as it is:
+    renamed over, `trace -o /dev/null` run as root left a regular file in its place, and every
+    `> /dev/null` of the machine then wrote into it (a service account's failed: `Permission
+    denied`). None, or why it could not."""
+    try:
+        if path.is_dir():
+            return "a folder"
+        if path.exists() and not path.is_file():
+            with open(path, "w") as f:
+                f.write(text)
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        return e.strerror or str(e)
+    return None
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     try:
         since = since_time(args.since) if args.since else None
@@ -660,13 +687,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         target = "FILE"
     else:
-        tmp = args.output.with_name(f".{args.output.name}.tmp")
-        try:
-            tmp.write_text(text)
-            tmp.replace(args.output)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            return _fail(f"output: cannot write {args.output} ({e.strerror})")
+        if (failed := _write_out(args.output, text)) is not None:
+            return _fail(f"output: cannot write {args.output} ({failed})")
         target = shlex.quote(str(args.output))
     span = " to ".join(dict.fromkeys(
         f"{datetime.fromtimestamp(t):%Y-%m-%d %H:%M}" for t in (trace.first_submit, trace.last_submit)))
@@ -674,8 +696,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
           + (f" written to {args.output}" if args.output else "") + (f"; left out: {left}" if left else ""),
           file=sys.stderr)
     jcts, util = trace.jcts, trace.utilization(gpus)
+    p99 = float(np.percentile(jcts, 99))  # (the replay's figures, counted the same way)
     print(f"as they ran here: avg JCT {statistics.fmean(jcts):.0f} s, p50 {statistics.median(jcts):.0f} s, "
-          f"max {max(jcts):.0f} s" + (f", GPU util {util:.1%}" if util is not None else "")
+          f"p99 {p99:.0f} s" + (f", GPU util {util:.1%}" if util is not None else "")
           + " (as simulate counts them)", file=sys.stderr)
     if shape:
         print(f"replay them on this scheduler's GPUs{note}: schedulearn simulate {target} --policy all "

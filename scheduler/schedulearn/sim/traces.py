@@ -149,6 +149,8 @@ def trace_format(path: str | Path) -> str:
 
 def load_trace(path: str | Path, start: str | None = None, limit: int | None = None) -> list[TraceJob]:
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"trace: {str(path)!r} is a folder; expected a CSV trace file")
     if not path.is_file():
         raise SpecError(f"trace: no such file {str(path)!r}")
     try:

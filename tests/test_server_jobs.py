@@ -83,4 +83,5 @@ async def test_a_job_past_its_time_limit_gets_its_grace_period_then_fails_with_1
     assert job["exit_code"] == 124 and job["reason"] == "stopped at its time limit (2 s of run time)", job
     assert 1.5 <= job["run_s"] < 4, job
     code, log = await sl_api("GET", f"jobs/{job['id']}/logs", raw=True)
-    assert "checkpoint saved" in log.decode() and ": stopped at its time limit ===" in log.decode(), log
+    assert "checkpoint saved" in log.decode(), log
+    assert ": stopped at its time limit (the job fails with exit code 124) ===" in log.decode(), log

@@ -321,8 +321,11 @@ def reattached_line(restarts: int, what: str) -> str:
     return f"{joblogs.MARKER} re-attached to run #{restarts} ({what}) ===\n"
 
 
-#: the engine's stops (`Executor.stop`'s `why`), as a run's end says them
-ENGINE_STOPS = {"cancel": "cancelled", "preempt": "preempted", "time-limit": "stopped at its time limit"}
+#: the engine's stops (`Executor.stop`'s `why`), as a run's end says them (a time limit: the run's
+#: own code is its signal's, 143 or 137, the job's 124, which `show` and `--wait` give: the log said
+#: `code 143: stopped at its time limit` alone)
+ENGINE_STOPS = {"cancel": "cancelled", "preempt": "preempted",
+                "time-limit": "stopped at its time limit (the job fails with exit code 124)"}
 
 
 def stopped_reason(why: str, killed: bool) -> str:

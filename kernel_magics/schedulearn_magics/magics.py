@@ -147,7 +147,8 @@ class SchedulearnMagics(Magics):
                    "else python")
     @argument("--resize", default=None, choices=("restart", "in-place"),
               help="how an elastic job is resized: restart (checkpoint-restart, the default) or in-place "
-                   "(Horovod Elastic: the cell uses hvd.elastic; see docs/resize.md)")
+                   "(Horovod Elastic: the cell uses hvd.elastic; or torchrun's elastic agents; see "
+                   "docs/resize.md)")
     @argument("--image", default=None, help="Docker image (Docker executor)")
     @argument("--name", default=None, help="job name (default: the notebook and cell number)")
     @argument("--env", action="append", metavar="K=V",

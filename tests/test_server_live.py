@@ -484,6 +484,8 @@ def test_pause_and_resume_from_the_cli(live_server: LiveServer, capsys) -> None:
     assert lines[-1] == said and "scheduling paused by" in lines[-2]  # its row says why it waits
     assert main(["resume", *where]) == 0
     assert capsys.readouterr().out == "scheduling resumed\n"
+    assert main(["resume", *where]) == 0  # again: nothing to resume, said so (not "resumed")
+    assert capsys.readouterr().out == "scheduling was not paused\n"
     wait_for(lambda: c.job(job["id"])["state"] == "succeeded", what="the held job to run")
     assert main(["ls", *where]) == 0
     assert "paused" not in capsys.readouterr().out

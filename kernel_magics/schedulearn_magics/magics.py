@@ -624,8 +624,7 @@ class SchedulearnMagics(Magics):
 
     def _resume(self, rest: list[str]) -> None:
         self._no_args("resume", rest)
-        self._call(self.client.resume)
-        print("scheduling resumed")
+        print("scheduling resumed" if self._call(self.client.resume) else "scheduling was not paused")
 
     def _gpus(self, rest: list[str]) -> None:
         self._no_args("gpus", rest)

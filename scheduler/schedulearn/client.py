@@ -183,8 +183,12 @@ class Client:
         """Pause scheduling (admins): nothing starts or moves until `resume`; who, since, why."""
         return self.request("PUT", "pause", {"reason": reason})["paused"]
 
-    def resume(self) -> None:
+    def resume(self) -> bool:
+        """Resume scheduling; whether it was paused (`resume` said `scheduling resumed` of a
+        scheduler that was not)."""
+        was = self.policy_info().get("paused") is not None
         self.request("DELETE", "pause")
+        return was
 
     def gpus(self) -> dict[str, Any]:
         return self.request("GET", "gpus")

@@ -594,13 +594,13 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     try:
-        _client(args).resume()
+        was = _client(args).resume()
     except ClientError as e:
         return _fail(str(e))
     if args.json:
         _print_json({"paused": None})
     else:
-        print("scheduling resumed")
+        print("scheduling resumed" if was else "scheduling was not paused")
     return 0
 
 

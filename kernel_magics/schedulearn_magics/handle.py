@@ -288,6 +288,8 @@ class JobHandle:
 
     def __repr__(self) -> str:
         job = self.job
+        if self.cancelled_by_you and job.get("state") not in FINAL_STATES:  # (it said `running` of
+            return f"<schedulearn job {self.id} {self.name!r} cancelling>"  # `h.cancel()` as it stopped)
         gpus = job.get("gpus") or 0
         on = f" on {gpus} GPU{'s' if gpus != 1 else ''}" if job.get("state") == "running" else ""
         return f"<schedulearn job {self.id} {self.name!r} {job.get('state')}{on}>"

@@ -89,7 +89,8 @@ class JobWidget(w.VBox):
         self.position = int(position or 0)
         self.progress = float(job["progress"]) if job.get("progress") is not None else -1.0
         self.eta = views.fmt_seconds(job["eta_s"]) if job.get("eta_s") is not None else ""
-        self._line = views.short_line(job, position, now)
+        stopping = by_you and self.state not in FINAL_STATES  # asked; SIGTERM, then its grace period
+        self._line = views.short_line({**job, "state": "cancelling"} if stopping else job, position, now)
         self.elapsed = views.fmt_seconds(
             views.waited(job, now) if self.state == "queued" else views.ran(job, now))
         if self.state in FINAL_STATES or by_you:  # nothing (more) to cancel: no button — hidden
@@ -100,8 +101,8 @@ class JobWidget(w.VBox):
         if by_you and self.state == "cancelled":
             shown = "cancelled by you"
             detail = f"ran {views.fmt_seconds(views.ran(job, now))}"
-        elif by_you and self.state not in FINAL_STATES:
-            shown = "cancelling"  # asked; the job is stopping (SIGTERM, then its grace period)
+        elif stopping:
+            shown = "cancelling"  # (its text view too: it said `running` while the job stopped)
         self.header.value = (
             f"<b>job {job.get('id')}</b> {html.escape(str(job.get('name', '')))} — "
             f"<span class='schedulearn-state' style='color:{colour}'>{shown}</span> "

@@ -247,6 +247,9 @@ def test_an_interrupted_cells_widget_ends_cancelled_by_you_without_a_cancel_butt
     assert str(interrupted) == f"job {handle.id}: cancelled by you (kernel interrupted)"
     assert widget.cancel_button.layout.display == "none"
     assert "cancelling" in widget.header.value or widget.state == "cancelled"
+    # its text view (notebook viewers) and the handle say so too, not `running` while it stops
+    assert ": running" not in repr(widget), repr(widget)
+    assert repr(handle).endswith(("' cancelling>", "' cancelled>")), repr(handle)
     wait_for(lambda: widget.state == "cancelled", timeout=2, what="the widget to show 'cancelled' within 2 s")
     wait_for(lambda: "cancelled by you" in widget.header.value, timeout=1, what="'cancelled by you'")
     assert "cancelled, cancelled" not in widget.header.value

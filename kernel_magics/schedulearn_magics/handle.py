@@ -113,7 +113,13 @@ class JobInterrupted(Exception):
 #: the jobs this kernel cancelled (a handle's `cancel()`, its widget's Cancel, an interrupt,
 #: `%schedulearn cancel ID`): any later view of one says `cancelled by you` (the server keeps
 #: who cancelled a job only where an admin cancelled another's)
-CANCELLED_HERE: set[int] = set()
+CANCELLED_HERE: set[tuple[str, int]] = set()  # (the server's API URL, the job's id)
+
+
+def cancelled_here(client: Any, job_id: int) -> tuple[str, int]:
+    """The key of a job in `CANCELLED_HERE`: ids are a server's own (another server, or a fresh
+    store, has a job 2 of its own)."""
+    return str(getattr(client, "api", "")), int(job_id)
 
 
 class JobHandle:
@@ -123,9 +129,6 @@ class JobHandle:
         self.client = client
         self.id: int = int(job["id"])
         self.job: dict[str, Any] = job
-        #: this kernel (this handle's widget's Cancel, a kernel interrupt, `cancel()`, `%schedulearn
-        #: cancel ID`) asked for the cancel
-        self.cancelled_by_you = self.id in CANCELLED_HERE
         #: seconds between the refreshes of the live widget it displays as
         self.poll_interval = 1.0
         self._log_reader: LogReader | None = None  # where `new_logs` goes on from
@@ -174,6 +177,12 @@ class JobHandle:
         before, but starts a line of its own."""
         return self._log_reader is not None and self._log_reader.skipped
 
+    @property
+    def cancelled_by_you(self) -> bool:
+        """This kernel (this handle's widget's Cancel, a kernel interrupt, `cancel()`,
+        `%schedulearn cancel ID`) asked for the cancel."""
+        return cancelled_here(self.client, self.id) in CANCELLED_HERE
+
     def cancel(self) -> JobHandle:
         """Cancel the job (a job that already ended is left as it is); the handle, its `job`
         refreshed — as a cell's last line, the job widget following it to `cancelled`."""
@@ -181,8 +190,7 @@ class JobHandle:
             return self
         try:
             self.client.cancel(self.id)
-            self.cancelled_by_you = True
-            CANCELLED_HERE.add(self.id)
+            CANCELLED_HERE.add(cancelled_here(self.client, self.id))
         except Exception:
             if self.refresh()["state"] not in FINAL_STATES:
                 raise

@@ -42,6 +42,7 @@ from .handle import (
     JobHandle,
     JobInterrupted,
     ValueNotKept,
+    cancelled_here,
     job_ended_without_result,
 )
 from .live import LiveShown, show_shown
@@ -547,7 +548,8 @@ class SchedulearnMagics(Magics):
 
     def _cancel(self, rest: list[str]) -> None:
         job = self._call(self.client.cancel, self._job_id("cancel", rest))
-        CANCELLED_HERE.add(int(job["id"]))  # (its result, read later here, says `cancelled by you`)
+        CANCELLED_HERE.add(cancelled_here(self.client, job["id"]))  # (its result, read here later:
+        # `cancelled by you`)
         print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] == "running" else ""))
 
     def _result(self, rest: list[str]) -> Any:
